@@ -1,0 +1,116 @@
+"""The catalogue of figures of a results directory, and writing them as PNG and SVG.
+
+``FIGURES`` lists every figure once, with the explanation the report prints under it.
+A figure applies when its drawing function finds data (it does not return a "no
+data" figure); figures that do not apply are skipped.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from . import plots
+from ._figure import is_no_data
+from ._io import atomic_write
+from .results import Results, load_results
+
+FORMATS = ("png", "svg")
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One figure: file stem, heading, what it shows, and how to draw it."""
+
+    name: str
+    title: str
+    explanation: str
+    draw: Callable[[Results], Figure]
+
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec(
+        "error_vs_time", "Test error over simulated time",
+        "Test error of each run against simulated wall-clock time: the accuracy/runtime "
+        "tradeoff itself. Lower and further left is better; dashed lines diverged.",
+        lambda r: plots.error_vs_time(r.curves, r.summary, target=r.target_error)),
+    FigureSpec(
+        "pareto", "Pareto frontier of time and error",
+        "Every run as a point of simulated run time and final test error. The step line joins "
+        "the runs no other run beats on both; those are the configurations worth choosing.",
+        lambda r: plots.pareto(r.summary)),
+    FigureSpec(
+        "heatmap_final_error", "Final test error by learners and minibatch",
+        "Final test error for each learners λ × minibatch μ cell, one panel per protocol "
+        "configuration. Rudra's rule: keep λμ about constant.",
+        lambda r: plots.heatmap(r.summary, "final_test_error")),
+    FigureSpec(
+        "heatmap_time_to_target", "Time to target error by learners and minibatch",
+        "Simulated time until the test error first reached the target; \"—\" marks runs that "
+        "never reached it, blank cells configurations not run.",
+        lambda r: plots.heatmap(r.summary, "time_to_target_s")),
+    FigureSpec(
+        "heatmap_sim_time", "Simulated run time by learners and minibatch",
+        "Simulated time of the whole run for each λ × μ cell, as predicted by the simulator.",
+        lambda r: plots.heatmap(r.summary, "sim_time_s")),
+    FigureSpec(
+        "speedup", "Speed-up over one learner",
+        "Run time of one learner divided by the run time with λ learners (log2 axes); the "
+        "dashed line is linear speed-up. Rudra reports 22–28× with up to 30 learners.",
+        lambda r: plots.speedup(r.summary)),
+    FigureSpec(
+        "speedup_to_target", "Speed-up of time to target error",
+        "The same ratio for the time to reach the target error, which also charges a "
+        "protocol for the accuracy it loses to staleness.",
+        lambda r: plots.speedup(r.summary, "time_to_target_s")),
+    FigureSpec(
+        "staleness", "Staleness distributions",
+        "Frequency of each gradient staleness σ per run, with the mean ⟨σ⟩ (red). For "
+        "n-softsync Rudra finds ⟨σ⟩ ≈ n (dashed) and σ rarely above 2n; hardsync has σ = 0.",
+        lambda r: plots.staleness_histograms(r.staleness)),
+    FigureSpec(
+        "simulated_vs_measured", "Simulated against measured time",
+        "Simulated time against the time measured by live runs of the same configuration; "
+        "points on the dashed line are predicted exactly, labels give the relative error.",
+        lambda r: plots.simulated_vs_measured(r.summary)),
+)
+
+
+def render(results: Results) -> Iterator[tuple[FigureSpec, Figure]]:
+    """Each applicable figure of ``results`` with its spec, in catalogue order."""
+    for spec in FIGURES:
+        fig = spec.draw(results)
+        if not is_no_data(fig):
+            yield spec, fig
+
+
+def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
+    """The figure encoded as ``fmt`` ("png" or "svg"), without timestamps (stable output)."""
+    buf = io.BytesIO()
+    meta = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else None
+    with matplotlib.rc_context({"svg.hashsalt": "ddlsim", "svg.fonttype": "path"}):
+        fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
+    return buf.getvalue()
+
+
+def write_figures(results_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
+                  formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Draw every applicable figure of ``results_dir`` and write it as ``<name>.<fmt>``
+    for each of ``formats`` into ``out_dir`` (default ``results_dir/figures``), each file
+    atomically. Returns the paths written, in catalogue order."""
+    results = load_results(results_dir)
+    out = Path(out_dir) if out_dir is not None else results.root / "figures"
+    written = []
+    for spec, fig in render(results):
+        for fmt in formats:
+            written.append(atomic_write(out / f"{spec.name}.{fmt}", figure_bytes(fig, fmt)))
+    return written
+
+
+__all__ = ["FigureSpec", "FIGURES", "render", "figure_bytes", "write_figures"]

@@ -1,0 +1,111 @@
+"""Loading a results directory: summary, curves, per-run staleness, scenario name.
+
+Layout read (every part optional, but at least one of the two CSVs must exist)::
+
+    results_dir/summary.csv             one row per run
+    results_dir/curves.csv              one row per run and evaluation
+    results_dir/runs/<run_id>/staleness.csv   columns staleness,count
+    results_dir/scenario.toml (or *.toml)     its top-level ``name`` names the report
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .table import CONFIG_COLUMNS, Table, is_number, swept_keys
+
+TARGET_COLUMNS = ("workload.target_error", "target_error")
+
+
+@dataclass
+class Results:
+    """The tables of one results directory."""
+
+    root: Path
+    summary: Table = field(default_factory=Table)
+    curves: Table = field(default_factory=Table)
+    staleness: Table = field(default_factory=Table)
+    name: str = ""
+    target_error: float | None = None
+
+
+def _read(path: Path) -> Table:
+    return Table.read_csv(path) if path.is_file() else Table()
+
+
+def load_results(results_dir: str | os.PathLike[str]) -> Results:
+    """Read every table of ``results_dir``; raise ``FileNotFoundError`` when it holds
+    neither ``summary.csv`` nor ``curves.csv``."""
+    root = Path(results_dir)
+    if not (root / "summary.csv").is_file() and not (root / "curves.csv").is_file():
+        raise FileNotFoundError(f"{root}: no summary.csv or curves.csv (not a results directory?)")
+    summary = _read(root / "summary.csv")
+    scenario = _scenario_file(root)
+    return Results(root=root, summary=summary, curves=_read(root / "curves.csv"),
+                   staleness=load_staleness(root, summary),
+                   name=scenario_name(root, summary, scenario),
+                   target_error=_target_error(summary, scenario))
+
+
+def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = None) -> Table:
+    """Rows ``run_id, staleness, count`` from ``runs/*/staleness.csv`` (the folder name
+    is the run id), joined with each run's configuration columns from ``summary``.
+    Unreadable files are skipped with a warning."""
+    runs = Path(results_dir) / "runs"
+    config = {str(r.get("run_id")): r for r in (summary or Table())}
+    rows: list[dict[str, Any]] = []
+    for path in sorted(runs.glob("*/staleness.csv")) if runs.is_dir() else []:
+        rid = path.parent.name
+        try:
+            table = Table.read_csv(path)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            warnings.warn(f"{path}: skipped ({e})", stacklevel=2)
+            continue
+        head = config.get(rid, {})
+        extra = {c: head.get(c) for c in (*CONFIG_COLUMNS, *swept_keys(head))}
+        for r in table:
+            rows.append({"run_id": rid, **extra, "staleness": r.get("staleness"),
+                         "count": r.get("count")})
+    return Table(rows)
+
+
+def _scenario_file(root: Path) -> dict[str, Any]:
+    candidates = [root / "scenario.toml"] + sorted(p for p in root.glob("*.toml")
+                                                   if p.name != "scenario.toml")
+    for p in candidates:
+        if p.is_file():
+            try:
+                with open(p, "rb") as f:
+                    return tomllib.load(f)
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+    return {}
+
+
+def scenario_name(root: Path, summary: Table, scenario: dict[str, Any] | None = None) -> str:
+    """The scenario's ``name``: from its TOML copy, else a single-valued ``scenario``
+    column of the summary, else the directory's name."""
+    if scenario and isinstance(scenario.get("name"), str):
+        return scenario["name"]
+    for col in ("scenario", "name"):
+        values = {v for v in summary.column(col) if isinstance(v, str) and v}
+        if len(values) == 1:
+            return values.pop()
+    return root.resolve().name
+
+
+def _target_error(summary: Table, scenario: dict[str, Any]) -> float | None:
+    for col in TARGET_COLUMNS:
+        values = {v for v in summary.column(col) if is_number(v)}
+        if len(values) == 1:
+            return float(values.pop())
+    value = (scenario.get("workload") or {}).get("target_error")
+    return float(value) if is_number(value) else None
+
+
+__all__ = ["Results", "load_results", "load_staleness", "scenario_name"]

@@ -1,0 +1,220 @@
+"""Read, validate and expand scenario files.
+
+Rules kept here:
+
+* every key is known to :mod:`schema` (an unknown key is refused, with a suggestion);
+* every value has the key's type and range; cross-key rules (softsync n ≤ λ, a model
+  that fits the data set) are checked on every expanded sweep point;
+* ``[sweep]`` maps dotted keys to non-empty lists; points are the cartesian product in
+  the order the axes are written; a ``--set`` of a swept key replaces that axis, and a
+  ``--set`` whose value is a list on a scalar key becomes a sweep axis.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..simulator.catalog import dataset_info, param_count
+from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
+
+TRACE_SCHEMA_VERSION = 1
+
+
+@dataclass
+class Scenario:
+    """A validated scenario: its base values, its sweep axes and where it came from."""
+
+    path: str
+    base: dict[str, Any]
+    axes: list[tuple[str, list[Any]]]
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every sweep point as a complete, validated nested dict (with derived keys)."""
+        return expand(self)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return json.dumps(value) if isinstance(value, (list, bool)) else str(value)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key in SECTIONS:
+            out.extend(_flatten(v, key + "."))
+        else:
+            out.append((key, v))
+    return out
+
+
+def _unknown(where: str, key: str) -> ScenarioError:
+    known = list(FIELD_BY_KEY) + sorted(SECTIONS)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ScenarioError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _validated(where: str, key: str, value: Any) -> Any:
+    f = FIELD_BY_KEY.get(key)
+    if f is None:
+        raise _unknown(where, key)
+    if isinstance(value, dict):
+        raise ScenarioError(f"{where}: key '{key}' = table: expected a {f.kind}")
+    value, problem = check_value(f, value)
+    if problem:
+        raise ScenarioError(f"{where}: key '{key}' = {_fmt(value)}: {problem}")
+    return value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``key=value``; the value is read as TOML, or as a bare string."""
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected key=value")
+    key, raw = (s.strip() for s in text.split("=", 1))
+    if not key:
+        raise ScenarioError(f"--set {text!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None = None) -> Scenario:
+    """Validate scenario TOML ``text`` (``path`` names it in messages) with overrides."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: invalid TOML: {e}") from None
+    base = defaults()
+    axes: dict[str, list[Any]] = {}
+    sweep = raw.pop("sweep", {})
+    if not isinstance(sweep, dict):
+        raise ScenarioError(f"{path}: key 'sweep' must be a table of dotted keys to lists")
+    for key, value in _flatten(raw):
+        set_dotted(base, key, _validated(path, key, value))
+    for key, values in sweep.items():
+        where = f"{path}: [sweep]"
+        if key not in FIELD_BY_KEY:
+            raise _unknown(where, key)
+        if not isinstance(values, list) or not values:
+            raise ScenarioError(f"{where} key '{key}' = {_fmt(values)}: expected a non-empty array")
+        axes[key] = [_validated(f"{path}: [sweep] '{key}'", key, v) for v in values]
+    for text_kv in overrides or []:
+        key, value = parse_override(text_kv)
+        where = f"--set {key}"
+        if key.startswith("sweep."):
+            key = key[len("sweep."):]
+            value = value if isinstance(value, list) else [value]
+        f = FIELD_BY_KEY.get(key)
+        if f is None:
+            raise _unknown("--set", key)
+        if isinstance(value, list) and f.kind != "list":
+            if not value:
+                raise ScenarioError(f"{where} = []: expected a non-empty array")
+            axes[key] = [_validated(where, key, v) for v in value]
+        else:
+            axes.pop(key, None)
+            set_dotted(base, key, _validated(where, key, value))
+    scenario = Scenario(path, base, list(axes.items()))
+    scenario.points()  # validate every point now, so errors come before any work
+    return scenario
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate the scenario file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such scenario file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{p}: is a directory, not a scenario file") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{p}: not a UTF-8 text file") from None
+    except OSError as e:
+        raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
+    scenario = load_text(text, str(p), overrides)
+    _resolve_profile(scenario, p.parent)
+    return scenario
+
+
+def _resolve_profile(scenario: Scenario, folder: Path) -> None:
+    prof = scenario.base["cluster"]["compute"]["profile"]
+    if prof is not None and not Path(prof).is_absolute():
+        scenario.base["cluster"]["compute"]["profile"] = str((folder / prof).resolve())
+    for key, values in scenario.axes:
+        if key == "cluster.compute.profile":
+            values[:] = [v if Path(v).is_absolute() else str((folder / v).resolve()) for v in values]
+
+
+def _check_point(path: str, point: dict[str, Any], label: str) -> None:
+    lam = point["cluster"]["learners"]
+    proto = point["protocol"]
+    if proto["name"] == "softsync" and not 1 <= proto["n"] <= lam:
+        raise ScenarioError(
+            f"{path}: key 'protocol.n' = {proto['n']}{label}: softsync needs 1 ≤ n ≤ learners ({lam})")
+    wl = point["workload"]
+    try:
+        info = dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"])
+        count = param_count(wl["model"], info)
+    except ValueError as e:
+        raise ScenarioError(f"{path}: key 'workload.model' = {wl['model']!r}{label}: {e}") from None
+    if wl["samples_per_epoch"] is None:
+        wl["samples_per_epoch"] = info.train_size
+    if wl["param_count"] is None:
+        wl["param_count"] = count
+    group = point["cluster"]["server"]["group_size"]
+    if group > lam:
+        raise ScenarioError(
+            f"{path}: key 'cluster.server.group_size' = {group}{label}: must be ≤ learners ({lam})")
+
+
+def expand(scenario: Scenario) -> list[dict[str, Any]]:
+    """Cartesian product of the sweep axes over the base values."""
+    keys = [k for k, _ in scenario.axes]
+    out = []
+    for combo in itertools.product(*(v for _, v in scenario.axes)):
+        point = copy.deepcopy(scenario.base)
+        for k, v in zip(keys, combo):
+            set_dotted(point, k, copy.deepcopy(v))
+        label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
+        _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "")
+        point["_swept"] = {k: v for k, v in zip(keys, combo)}
+        point["_id"] = run_id(point)
+        out.append(point)
+    return out
+
+
+def point_hash(point: dict[str, Any]) -> str:
+    """Stable hash of a point's values and the trace schema version."""
+    clean = {k: v for k, v in point.items() if not k.startswith("_")}
+    blob = json.dumps({"v": TRACE_SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def run_id(point: dict[str, Any]) -> str:
+    """Readable unique id: protocol, learners, minibatch and a hash of the point."""
+    p = point["protocol"]["name"]
+    if p == "softsync":
+        p += str(point["protocol"]["n"])
+    c = point["cluster"]
+    return f"{p}-l{c['learners']}-m{c['minibatch']}-{point_hash(point)[:8]}"
+
+
+__all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id",
+           "point_hash", "get_dotted", "TRACE_SCHEMA_VERSION"]

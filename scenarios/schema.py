@@ -1,0 +1,239 @@
+"""The scenario schema: every public key, its type, unit, default and range.
+
+The schema is data (``FIELDS``) so that validation, defaults and the reference in
+``docs/scenarios.md`` all come from one place. A validated scenario *point* is a plain
+nested ``dict`` with every key present; the simulator and backends read it directly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; the message is one line naming file, key and value."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One scenario key: ``kind`` is bool/int/float/str/list; ``check`` refines the range."""
+
+    key: str
+    kind: str
+    default: Any
+    doc: str
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    min_exclusive: bool = False
+    max_exclusive: bool = False
+    allow_inf: bool = False
+    optional: bool = False  # default None means "derived" (documented in doc)
+    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+
+    def range_text(self) -> str:
+        """A human description of the accepted values."""
+        if self.choices:
+            return " | ".join(self.choices)
+        lo = "" if self.minimum is None else f"{'>' if self.min_exclusive else '≥'} {self.minimum:g}"
+        hi = "" if self.maximum is None else f"{'<' if self.max_exclusive else '≤'} {self.maximum:g}"
+        parts = [p for p in (lo, hi) if p]
+        text = ", ".join(parts)
+        if self.allow_inf:
+            text += (", " if text else "") + "inf allowed"
+        return text or "any"
+
+
+DATASETS = ("digits", "teacher", "cifar10", "mnist", "fashion_mnist", "imagenet")
+MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "alexnet", "transformer")
+PS_PROTOCOLS = ("hardsync", "softsync", "async", "ssp")
+GOSSIP_PROTOCOLS = ("allreduce", "dpsgd", "adpsgd", "sgp")
+PROTOCOLS = PS_PROTOCOLS + GOSSIP_PROTOCOLS
+TOPOLOGIES = ("npdde", "dde", "bipartite_exp", "ring", "complete")
+
+
+def _check_milestones(value: Any) -> str | None:
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item)
+        ):
+            return "each milestone must be [epoch, factor]"
+        epoch, factor = item
+        if not (math.isfinite(epoch) and epoch >= 0):
+            return "milestone epoch must be a finite number ≥ 0"
+        if not (math.isfinite(factor) and factor > 0):
+            return "milestone factor must be a finite number > 0"
+    return None
+
+
+def _f(key: str, default: float, doc: str, unit: str = "", **kw: Any) -> Field:
+    return Field(key, "float", default, doc, unit, **kw)
+
+
+def _i(key: str, default: int | None, doc: str, unit: str = "", **kw: Any) -> Field:
+    return Field(key, "int", default, doc, unit, **kw)
+
+
+def _s(key: str, default: str | None, doc: str, **kw: Any) -> Field:
+    return Field(key, "str", default, doc, **kw)
+
+
+FIELDS: tuple[Field, ...] = (
+    _s("name", "scenario", "Scenario name, used in reports."),
+    _s("description", "", "Free text shown by `ddlsim scenarios`."),
+    _i("seed", 0, "Seed for every random draw (compute, stragglers, data order, init).", minimum=0),
+    _s("backend", "replay", "Backend that executes the trace: replay | live | an entry point's name."),
+    # workload
+    _s("workload.dataset", "digits", "Training data set.", choices=DATASETS),
+    _s("workload.model", "mlp", "Model architecture.", choices=MODELS),
+    _f("workload.epochs", 20, "Passes over the training set.", "epochs", minimum=0, min_exclusive=True),
+    _i("workload.samples_per_epoch", None,
+       "Samples per epoch; default: the data set's training size.", "samples", minimum=1, optional=True),
+    _i("workload.param_count", None,
+       "Parameters of the model; default: counted from the model (table of known models).",
+       "parameters", minimum=1, optional=True),
+    _f("workload.target_error", 0.10, "Test error that defines time-to-target.", "fraction",
+       minimum=0, maximum=1),
+    _i("workload.evals_per_epoch", 1, "Evaluations of the test error per epoch.", minimum=1, maximum=1000),
+    _i("workload.teacher_samples", 4096, "Training size of the synthetic `teacher` data set.",
+       "samples", minimum=16),
+    _i("workload.teacher_features", 32, "Input features of the synthetic `teacher` data set.", minimum=1),
+    # optimizer
+    _s("optimizer.name", "sgd", "Update rule.", choices=("sgd", "nesterov", "adagrad")),
+    _f("optimizer.lr", 0.05, "Base learning rate α0.", minimum=0, min_exclusive=True),
+    _f("optimizer.momentum", 0.9, "Momentum coefficient (sgd, nesterov).", minimum=0, maximum=1,
+       max_exclusive=True),
+    _f("optimizer.weight_decay", 0.0, "L2 weight decay.", minimum=0),
+    _s("optimizer.lr_policy", "constant", "Staleness handling: α0, α0/⟨σ⟩ or α0/σ_i.",
+       choices=("constant", "mean_staleness", "per_gradient")),
+    Field("optimizer.milestones", "list", [], "Learning-rate decay: list of [epoch, factor].",
+          "epochs", check=_check_milestones),
+    _f("optimizer.warmup_epochs", 0.0, "Linear learning-rate warm-up length.", "epochs", minimum=0),
+    # cluster
+    _i("cluster.learners", 8, "λ learners (parameter server) or N nodes (decentralized).", minimum=1,
+       maximum=100_000),
+    _i("cluster.minibatch", 16, "μ samples per learner per gradient.", "samples", minimum=1),
+    _s("cluster.compute.distribution", "lognormal", "Distribution of compute time around its mean.",
+       choices=("deterministic", "exponential", "lognormal")),
+    _f("cluster.compute.base_s", 0.002, "Fixed compute time per minibatch.", "s", minimum=0),
+    _f("cluster.compute.per_sample_s", 0.0005, "Compute time per sample.", "s", minimum=0),
+    _f("cluster.compute.cv", 0.1, "Coefficient of variation (lognormal).", minimum=0, maximum=10),
+    _s("cluster.compute.profile", None,
+       "Calibrated table (TOML) of minibatch → seconds; replaces base_s/per_sample_s. "
+       "Relative paths are relative to the scenario file.", optional=True),
+    _f("cluster.stragglers.fraction", 0.0, "Fraction of learners that are persistently slow.",
+       "fraction", minimum=0, maximum=1),
+    _f("cluster.stragglers.slowdown", 1.0, "Compute-time factor of a persistent straggler.", minimum=1),
+    _f("cluster.stragglers.stall_rate_per_s", 0.0, "Transient stalls per learner per second (Poisson).",
+       "1/s", minimum=0),
+    _f("cluster.stragglers.stall_mean_s", 0.0, "Mean stall duration (exponential).", "s", minimum=0),
+    _f("cluster.network.latency_s", 5e-5, "Per-message latency.", "s", minimum=0),
+    _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
+       "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
+    _f("cluster.network.bytes_per_param", 4, "Bytes per parameter in a message.", "bytes", minimum=0),
+    _i("cluster.server.shards", 1, "Parameter-server shards (each its own NIC and apply queue).",
+       minimum=1, maximum=1024),
+    _f("cluster.server.apply_s", 1e-4, "Server time to process one gradient (per shard).", "s", minimum=0),
+    _s("cluster.server.apply_distribution", "deterministic", "Distribution of apply time.",
+       choices=("deterministic", "exponential")),
+    _i("cluster.server.group_size", 1,
+       "Tree aggregation (Rudra-adv): learners per aggregator; 1 disables it.", minimum=1),
+    # protocol
+    _s("protocol.name", "softsync", "Synchronization protocol.", choices=PROTOCOLS),
+    _i("protocol.n", 1, "softsync n: an update every ⌊λ/n⌋ gradients (1 ≤ n ≤ λ).", minimum=1),
+    _i("protocol.staleness_bound", 3, "ssp bound s on clock difference.", "clocks", minimum=0),
+    _s("protocol.topology", "npdde", "Gossip graph (sgp, dpsgd).", choices=TOPOLOGIES),
+    _i("protocol.peers", 1, "Out-peers per iteration (sgp).", minimum=1),
+    _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages.",
+       "iterations", minimum=0),
+)
+
+FIELD_BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
+SECTIONS: frozenset[str] = frozenset(
+    ".".join(f.key.split(".")[:i]) for f in FIELDS for i in range(1, f.key.count(".") + 1)
+)
+
+
+def defaults() -> dict[str, Any]:
+    """A nested dict holding every key at its default value."""
+    out: dict[str, Any] = {}
+    for f in FIELDS:
+        set_dotted(out, f.key, list(f.default) if isinstance(f.default, list) else f.default)
+    return out
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``tree[a][b][c] = value`` for ``key = "a.b.c"``, creating tables."""
+    *parents, leaf = key.split(".")
+    node = tree
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+
+
+def get_dotted(tree: dict[str, Any], key: str) -> Any:
+    """Return ``tree[a][b][c]`` for ``key = "a.b.c"``."""
+    node: Any = tree
+    for p in key.split("."):
+        node = node[p]
+    return node
+
+
+def type_name(value: Any) -> str:
+    """TOML-ish name of a value's type, for messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__
+
+
+def check_value(f: Field, value: Any) -> tuple[Any, str | None]:
+    """Coerce ``value`` to the field's type; return (value, problem or None)."""
+    if value is None and f.optional:
+        return None, None
+    if f.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                value = int(value)
+            else:
+                return value, f"expected an integer, got {type_name(value)}"
+    elif f.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value, f"expected a number, got {type_name(value)}"
+        value = float(value)
+        if math.isnan(value):
+            return value, "NaN is not allowed"
+        if math.isinf(value) and not (f.allow_inf and value > 0):
+            return value, "must be finite"
+    elif f.kind == "str":
+        if not isinstance(value, str):
+            return value, f"expected a string, got {type_name(value)}"
+        if f.choices and value not in f.choices:
+            return value, f"must be one of {', '.join(f.choices)}"
+    elif f.kind == "list":
+        if not isinstance(value, list):
+            return value, f"expected an array, got {type_name(value)}"
+    if f.kind in ("int", "float") and not (f.allow_inf and value == math.inf):
+        if f.minimum is not None and (value < f.minimum or (f.min_exclusive and value == f.minimum)):
+            return value, f"must be {f.range_text()}"
+        if f.maximum is not None and (value > f.maximum or (f.max_exclusive and value == f.maximum)):
+            return value, f"must be {f.range_text()}"
+    if f.check is not None:
+        problem = f.check(value)
+        if problem:
+            return value, problem
+    return value, None

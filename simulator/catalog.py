@@ -1,0 +1,92 @@
+"""Known data sets and models: sizes and parameter counts, without importing torch.
+
+The simulator needs only the gradient size (``param_count``) and the epoch size
+(``samples_per_epoch``); the backends build the same models and a test checks that
+their parameter counts equal :func:`param_count`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Shape and size of a data set: ``shape`` is one sample's (C, H, W) or (F,)."""
+
+    name: str
+    train_size: int
+    test_size: int
+    shape: tuple[int, ...]
+    classes: int
+
+
+DIGITS_TEST_SIZE = 360  # scikit-learn digits: 1797 samples, fixed 1437/360 split
+
+
+def dataset_info(name: str, teacher_samples: int = 4096, teacher_features: int = 32) -> DatasetInfo:
+    """Return the facts of data set ``name`` (teacher's size comes from its keys)."""
+    if name == "digits":
+        return DatasetInfo("digits", 1797 - DIGITS_TEST_SIZE, DIGITS_TEST_SIZE, (1, 8, 8), 10)
+    if name == "teacher":
+        return DatasetInfo("teacher", teacher_samples, max(256, teacher_samples // 4),
+                           (teacher_features,), 10)
+    if name == "cifar10":
+        return DatasetInfo("cifar10", 50_000, 10_000, (3, 32, 32), 10)
+    if name in ("mnist", "fashion_mnist"):
+        return DatasetInfo(name, 60_000, 10_000, (1, 28, 28), 10)
+    if name == "imagenet":
+        return DatasetInfo("imagenet", 1_281_167, 50_000, (3, 224, 224), 1000)
+    raise KeyError(name)
+
+
+MLP_HIDDEN = 128
+# Counts of torchvision's builds (``num_classes`` = 1000) and of the simulation-only models.
+FIXED_COUNTS_1000 = {
+    "resnet50": 25_557_032,
+    "alexnet": 61_100_840,
+    "transformer": 61_000_000,  # Transformer-base (Vaswani et al. 2017), about 61M; approximate
+}
+SIMULATION_ONLY_MODELS = ("resnet50", "alexnet", "transformer")
+
+
+def _flat(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _linear(i: int, o: int) -> int:
+    return i * o + o
+
+
+def _conv(i: int, o: int, k: int) -> int:
+    return i * o * k * k + o
+
+
+def param_count(model: str, data: DatasetInfo) -> int:
+    """Parameter count of ``model`` built for ``data`` (the backends' definitions)."""
+    c = data.classes
+    if model == "mlp":  # flatten → 128 → ReLU → classes
+        return _linear(_flat(data.shape), MLP_HIDDEN) + _linear(MLP_HIDDEN, c)
+    if len(data.shape) != 3 and model in ("lenet", "rudra_cifar", "resnet18"):
+        raise ValueError(f"model {model!r} needs image data; data set {data.name!r} is not")
+    if model == "lenet":  # conv5(6,pad2) pool2 conv5(16,pad2) pool2 fc120 fc84 fc
+        ch, h, w = data.shape
+        return (_conv(ch, 6, 5) + _conv(6, 16, 5) + _linear(16 * (h // 4) * (w // 4), 120)
+                + _linear(120, 84) + _linear(84, c))
+    if model == "rudra_cifar":  # Caffe cifar10_full: 3 × (conv5 pad2, pool3/2 pad1), fc
+        ch, h, w = data.shape
+        for _ in range(3):
+            h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        return _conv(ch, 32, 5) + _conv(32, 32, 5) + _conv(32, 64, 5) + _linear(64 * h * w, c)
+    if model == "resnet18":  # torchvision resnet18(num_classes=c); grey images are repeated to RGB
+        return 11_176_512 + _linear(512, c)
+    if model == "resnet50":
+        return 25_557_032 - _linear(2048, 1000) + _linear(2048, c)
+    if model == "alexnet":
+        return 61_100_840 - _linear(4096, 1000) + _linear(4096, c)
+    if model == "transformer":
+        return FIXED_COUNTS_1000["transformer"]
+    raise KeyError(model)

@@ -1,0 +1,157 @@
+"""Compute time of a minibatch: the mean, its distribution, stragglers and stalls.
+
+Mean time per minibatch is ``base_s + per_sample_s × μ`` or, with a calibrated
+profile, the table interpolated linearly in μ (extrapolated from the end segments).
+Each learner draws from its own seeded stream, so its compute times do not depend on
+what other learners do; persistent stragglers multiply their mean by ``slowdown``;
+transient stalls (Poisson arrivals, exponential durations) pause a learner's work.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+CHUNK = 4096
+
+
+class ProfileError(ValueError):
+    """A calibrated profile file that is missing or malformed."""
+
+
+def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
+    """Read a profile TOML (``minibatch = [...]``, ``seconds = [...]``); sorted by μ."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such compute profile") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{p}: cannot read compute profile: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{p}: invalid TOML: {e}") from None
+    mb, sec = data.get("minibatch"), data.get("seconds")
+    if not isinstance(mb, list) or not isinstance(sec, list) or len(mb) != len(sec) or not mb:
+        raise ProfileError(f"{p}: needs equal-length non-empty arrays 'minibatch' and 'seconds'")
+    for m, s in zip(mb, sec):
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ProfileError(f"{p}: key 'minibatch' = {m!r}: must be integers ≥ 1")
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
+            raise ProfileError(f"{p}: key 'seconds' = {s!r}: must be finite numbers > 0")
+    pairs = sorted(zip(mb, (float(s) for s in sec)))
+    if len({m for m, _ in pairs}) != len(pairs):
+        raise ProfileError(f"{p}: key 'minibatch' has repeated sizes")
+    return [m for m, _ in pairs], [s for _, s in pairs]
+
+
+def profile_mean(minibatches: list[int], seconds: list[float], mu: int) -> float:
+    """Seconds per minibatch of size ``mu``: piecewise-linear in μ, floored at 1% of the smallest."""
+    if len(minibatches) == 1:
+        return seconds[0] * mu / minibatches[0]
+    i = int(np.searchsorted(minibatches, mu))
+    i = min(max(i, 1), len(minibatches) - 1)
+    m0, m1, s0, s1 = minibatches[i - 1], minibatches[i], seconds[i - 1], seconds[i]
+    value = s0 + (s1 - s0) * (mu - m0) / (m1 - m0)
+    return max(value, 0.01 * min(seconds))
+
+
+def mean_compute_s(compute: dict[str, Any], mu: int) -> float:
+    """Mean seconds per minibatch of ``mu`` samples for a ``cluster.compute`` table."""
+    if compute.get("profile"):
+        return profile_mean(*load_profile(compute["profile"]), mu)
+    return compute["base_s"] + compute["per_sample_s"] * mu
+
+
+def sampler(distribution: str, mean: float, cv: float, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
+    """A function ``n -> n draws`` with the given mean (lognormal: coefficient of variation cv)."""
+    if distribution == "deterministic" or mean == 0:
+        return lambda n: np.full(n, mean)
+    if distribution == "exponential":
+        return lambda n: rng.exponential(mean, n)
+    if distribution == "lognormal":
+        if cv == 0:
+            return lambda n: np.full(n, mean)
+        s2 = math.log1p(cv * cv)
+        mu_log, sigma = math.log(mean) - s2 / 2, math.sqrt(s2)
+        return lambda n: rng.lognormal(mu_log, sigma, n)
+    raise ValueError(f"unknown distribution {distribution!r}")
+
+
+class DrawStream:
+    """Successive draws from ``fn`` served from a buffer refilled ``CHUNK`` at a time."""
+
+    __slots__ = ("_fn", "_buf", "_i")
+
+    def __init__(self, fn: Callable[[int], np.ndarray]) -> None:
+        self._fn = fn
+        self._buf: list[float] = []
+        self._i = 0
+
+    def next(self) -> float:
+        i = self._i
+        if i == len(self._buf):
+            self._buf = self._fn(CHUNK).tolist()
+            i = 0
+        self._i = i + 1
+        return self._buf[i]
+
+
+class LearnerClock:
+    """One learner's compute: draws its minibatch times and lets stalls pause the work.
+
+    ``finish(start, work)`` is when ``work`` seconds of computing that begin at ``start``
+    end, given the learner's stall intervals (Poisson arrivals, exponential lengths).
+    """
+
+    __slots__ = ("draws", "_stall_rate", "_stall_mean", "_rng", "_s", "_e")
+
+    def __init__(self, draws: DrawStream, stall_rate: float, stall_mean: float,
+                 rng: np.random.Generator) -> None:
+        self.draws = draws
+        self._stall_rate, self._stall_mean, self._rng = stall_rate, stall_mean, rng
+        self._s = self._e = math.inf
+        if stall_rate > 0 and stall_mean > 0:
+            self._s = float(rng.exponential(1 / stall_rate))
+            self._e = self._s + float(rng.exponential(stall_mean))
+
+    def _advance(self) -> None:
+        self._s += float(self._rng.exponential(1 / self._stall_rate))
+        self._e = max(self._e, self._s + float(self._rng.exponential(self._stall_mean)))
+
+    def finish(self, start: float, work: float) -> float:
+        if self._s == math.inf:
+            return start + work
+        t, left = start, work
+        while True:
+            while self._e <= t:
+                self._advance()
+            if self._s <= t:
+                t = self._e
+                self._advance()
+                continue
+            if t + left <= self._s:
+                return t + left
+            left -= self._s - t
+            t = self._e
+            self._advance()
+
+
+def learner_clocks(point: dict[str, Any], count: int, seed_tag: int) -> list[LearnerClock]:
+    """Per-learner clocks for a scenario point; persistent stragglers chosen by the seed."""
+    cl = point["cluster"]
+    comp, strag = cl["compute"], cl["stragglers"]
+    mean = mean_compute_s(comp, cl["minibatch"])
+    root = np.random.SeedSequence([int(point["seed"]), seed_tag])
+    pick, *streams = root.spawn(count + 1)
+    slow = set(np.random.default_rng(pick).permutation(count)[: round(strag["fraction"] * count)].tolist())
+    clocks = []
+    for i, ss in enumerate(streams):
+        draw_rng, stall_rng = (np.random.default_rng(s) for s in ss.spawn(2))
+        m = mean * (strag["slowdown"] if i in slow else 1.0)
+        fn = sampler(comp["distribution"], m, comp["cv"], draw_rng)
+        clocks.append(LearnerClock(DrawStream(fn), strag["stall_rate_per_s"], strag["stall_mean_s"], stall_rng))
+    return clocks

@@ -1,0 +1,341 @@
+"""The protocol trace: a versioned, columnar record of what a run did (docs/trace.md).
+
+A trace has a JSON header and two tables of equal-length NumPy columns:
+
+* ``ops``: one row per op (``grad``, ``apply``, ``mix``, ``eval``) in execution order;
+* ``inputs``: the gradients each ``apply`` consumes (a slice per apply).
+
+State model: every node ``n`` holds a state ``(x, w)`` with versions 0, 1, 2, …; ``apply``
+and ``mix`` each turn version ``v`` of their node into ``v + 1``. The parameter server is
+node 0. A gradient is computed at ``x / w`` of the state it reads.
+
+The file is ``MAGIC``, the header length and header, the columns' raw little-endian
+bytes in header order, and a SHA-256 of everything before it. Writing is deterministic
+(same content → same bytes) and atomic; reading checks the digest and the op graph and
+refuses a bad file with :class:`TraceError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+MAGIC = b"DDLTRACE"
+GRAD, APPLY, MIX, EVAL = 0, 1, 2, 3
+KIND_NAMES = ("grad", "apply", "mix", "eval")
+AVERAGE_NODE = -1  # eval of the average of all nodes' latest states
+
+OP_COLUMNS: dict[str, str] = {
+    "kind": "u1",          # GRAD | APPLY | MIX | EVAL
+    "node": "i4",          # grad: the learner/node computing; others: the state's node
+    "version": "i4",       # apply/mix: version before (becomes +1); eval: version read; grad: -1
+    "src_node": "i4",      # grad: node of the state read; mix: the sender; else -1
+    "src_version": "i4",   # grad: version read; mix: sender's version at send; else -1
+    "sample_start": "i8",  # grad: position of the minibatch in the data stream; else -1
+    "batch_size": "i4",    # grad: samples in the minibatch; else 0
+    "batch_index": "i8",   # grad: the learner's k-th minibatch; else -1
+    "t_start": "f8",       # simulated seconds
+    "t_end": "f8",
+    "epoch": "f8",         # samples applied so far / samples per epoch (progress at the op)
+    "coef": "f8",          # mix: factor on the sender's state; else 0
+    "self_coef": "f8",     # mix: factor on the node's own state; else 1
+    "in_start": "i8",      # apply: first row in ``inputs``; else -1
+    "in_count": "i4",      # apply: number of gradients; else 0
+}
+INPUT_COLUMNS: dict[str, str] = {
+    "grad_op": "i8",       # row in ``ops`` of the grad op
+    "weight": "f8",        # averaging weight (e.g. 1/c)
+    "staleness": "i4",     # σ = version applied to − version read
+}
+
+
+class TraceError(ValueError):
+    """A trace file that is missing, truncated, corrupt or inconsistent."""
+
+
+@dataclass
+class Trace:
+    """A trace in memory: ``header`` (JSON-able dict), ``ops`` and ``inputs`` columns."""
+
+    header: dict[str, Any]
+    ops: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.ops["kind"])
+
+    def kind_mask(self, kind: int) -> np.ndarray:
+        return self.ops["kind"] == kind
+
+
+class TraceBuilder:
+    """Append-only recorder used by the simulators.
+
+    Cheap per op: each kind appends its own fields to flat ``array`` buffers (one
+    ``extend`` per type) and its kind code to ``kinds``; :meth:`build` scatters them
+    into the full columns, filling the fields a kind does not use with their defaults.
+    """
+
+    def __init__(self) -> None:
+        self.kinds = bytearray()
+        self.g_i, self.g_f = array("q"), array("d")  # node src_node src_version start size k | t0 t1 epoch
+        self.a_i, self.a_f = array("q"), array("d")  # node version in_start in_count | t epoch
+        self.m_i, self.m_f = array("q"), array("d")  # node version src src_version | t0 t1 epoch coef self
+        self.e_i, self.e_f = array("q"), array("d")  # node version | t epoch
+        self.in_grad, self.in_weight, self.in_stale = array("q"), array("d"), array("q")
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def grad(self, node: int, src_node: int, src_version: int, sample_start: int, batch_size: int,
+             batch_index: int, t_start: float, t_end: float, epoch: float) -> int:
+        """Record a gradient computed by ``node`` on state (src_node, src_version); return its row."""
+        self.kinds.append(GRAD)
+        self.g_i.extend((node, src_node, src_version, sample_start, batch_size, batch_index))
+        self.g_f.extend((t_start, t_end, epoch))
+        return len(self.kinds) - 1
+
+    def apply(self, node: int, version: int, grad_ops: list[int], weights: list[float],
+              staleness: list[int], t: float, epoch: float) -> int:
+        """Record that (node, version) becomes version + 1 from ``grad_ops``."""
+        self.kinds.append(APPLY)
+        self.a_i.extend((node, version, len(self.in_grad), len(grad_ops)))
+        self.a_f.extend((t, epoch))
+        self.in_grad.extend(grad_ops)
+        self.in_weight.extend(weights)
+        self.in_stale.extend(staleness)
+        return len(self.kinds) - 1
+
+    def mix(self, node: int, version: int, src_node: int, src_version: int, coef: float,
+            self_coef: float, t_start: float, t_end: float, epoch: float) -> int:
+        """Record x_node ← self_coef·x_node + coef·x_src(src_version) (w likewise)."""
+        self.kinds.append(MIX)
+        self.m_i.extend((node, version, src_node, src_version))
+        self.m_f.extend((t_start, t_end, epoch, coef, self_coef))
+        return len(self.kinds) - 1
+
+    def eval(self, node: int, version: int, t: float, epoch: float) -> int:
+        """Record an evaluation of (node, version), or of the nodes' average (node = -1)."""
+        self.kinds.append(EVAL)
+        self.e_i.extend((node, version))
+        self.e_f.extend((t, epoch))
+        return len(self.kinds) - 1
+
+    def build(self, header: dict[str, Any]) -> Trace:
+        """Freeze into a :class:`Trace` with NumPy columns."""
+        kind = np.frombuffer(bytes(self.kinds), dtype=np.uint8).copy()
+        n = len(kind)
+        ops = {name: np.zeros(n, dt) for name, dt in OP_COLUMNS.items()}
+        ops["kind"] = kind
+        for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
+            ops[name][:] = -1
+        ops["self_coef"][:] = 1.0
+
+        def scatter(k: int, ints: array, flts: array, inames: tuple, fnames: tuple) -> None:
+            rows = np.flatnonzero(kind == k)
+            iv = np.frombuffer(ints, dtype=np.int64).reshape(len(rows), len(inames)) if len(rows) else None
+            fv = np.frombuffer(flts, dtype=np.float64).reshape(len(rows), len(fnames)) if len(rows) else None
+            for c, name in enumerate(inames):
+                if iv is not None:
+                    ops[name][rows] = iv[:, c]
+            for c, name in enumerate(fnames):
+                if fv is not None:
+                    ops[name][rows] = fv[:, c]
+
+        scatter(GRAD, self.g_i, self.g_f,
+                ("node", "src_node", "src_version", "sample_start", "batch_size", "batch_index"),
+                ("t_start", "t_end", "epoch"))
+        scatter(APPLY, self.a_i, self.a_f, ("node", "version", "in_start", "in_count"), ("t_start", "epoch"))
+        scatter(MIX, self.m_i, self.m_f, ("node", "version", "src_node", "src_version"),
+                ("t_start", "t_end", "epoch", "coef", "self_coef"))
+        scatter(EVAL, self.e_i, self.e_f, ("node", "version"), ("t_start", "epoch"))
+        point_ops = (kind == APPLY) | (kind == EVAL)
+        ops["t_end"][point_ops] = ops["t_start"][point_ops]
+        inputs = {
+            "grad_op": np.frombuffer(self.in_grad, dtype=np.int64).copy(),
+            "weight": np.frombuffer(self.in_weight, dtype=np.float64).copy(),
+            "staleness": np.frombuffer(self.in_stale, dtype=np.int64).astype(np.int32),
+        }
+        h = dict(header)
+        h.setdefault("schema_version", SCHEMA_VERSION)
+        return Trace(h, ops, inputs)
+
+
+def encode(trace: Trace) -> bytes:
+    """Serialise ``trace`` to bytes (deterministic)."""
+    header = dict(trace.header)
+    header["schema_version"] = SCHEMA_VERSION
+    cols = []
+    for table, spec in (("ops", OP_COLUMNS), ("inputs", INPUT_COLUMNS)):
+        data = trace.ops if table == "ops" else trace.inputs
+        for name, dt in spec.items():
+            arr = np.ascontiguousarray(data[name], dtype=np.dtype(dt).newbyteorder("<"))
+            cols.append((table, name, dt, arr))
+    header["columns"] = [{"table": t, "name": n, "dtype": d, "length": int(len(a))} for t, n, d, a in cols]
+    hbytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    body = b"".join([MAGIC, struct.pack("<Q", len(hbytes)), hbytes] + [a.tobytes() for *_, a in cols])
+    return body + hashlib.sha256(body).digest()
+
+
+def write(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` to ``path`` atomically (temporary file, then rename)."""
+    atomic_write_bytes(Path(path), encode(trace))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def decode(data: bytes, name: str = "<trace>") -> Trace:
+    """Parse and validate trace bytes; raise :class:`TraceError` naming ``name``."""
+    if len(data) < len(MAGIC) + 8 + 32 or not data.startswith(MAGIC):
+        raise TraceError(f"{name}: not a ddlsim trace (bad magic or too short)")
+    body, digest = data[:-32], data[-32:]
+    (hlen,) = struct.unpack_from("<Q", data, len(MAGIC))
+    hstart = len(MAGIC) + 8
+    if hstart + hlen > len(body):
+        raise TraceError(f"{name}: truncated trace (header runs past the end of the file)")
+    try:
+        header = json.loads(body[hstart:hstart + hlen])
+    except ValueError:
+        raise TraceError(f"{name}: corrupt trace header") from None
+    version = header.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TraceError(f"{name}: trace schema version {version!r} is not supported "
+                         f"(this ddlsim reads version {SCHEMA_VERSION})")
+    expected = sum(np.dtype(c["dtype"]).itemsize * c["length"] for c in header.get("columns", []))
+    if hstart + hlen + expected != len(body):
+        raise TraceError(f"{name}: truncated trace ({len(body) - hstart - hlen} column bytes, "
+                         f"header announces {expected})")
+    if hashlib.sha256(body).digest() != digest:
+        raise TraceError(f"{name}: corrupt trace (checksum mismatch)")
+    tables: dict[str, dict[str, np.ndarray]] = {"ops": {}, "inputs": {}}
+    pos = hstart + hlen
+    for c in header["columns"]:
+        dt = np.dtype(c["dtype"]).newbyteorder("<")
+        n = dt.itemsize * c["length"]
+        tables[c["table"]][c["name"]] = np.frombuffer(body, dtype=dt, count=c["length"], offset=pos).astype(
+            c["dtype"])
+        pos += n
+    del header["columns"]
+    trace = Trace(header, tables["ops"], tables["inputs"])
+    check(trace, name)
+    return trace
+
+
+def read(path: str | Path) -> Trace:
+    """Read and validate the trace at ``path``."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such trace file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read trace: {e.strerror}") from None
+    return decode(data, str(p))
+
+
+def check(trace: Trace, name: str = "<trace>") -> None:
+    """Refuse an inconsistent op graph: every rule a backend relies on holds after this.
+
+    Rules: all columns present with equal lengths; apply input slices lie inside
+    ``inputs`` and name earlier grad ops, each consumed once; each node's versions
+    advance by one per apply/mix, in order; every read (grad, mix sender, eval) names a
+    version that exists when it is read; times are finite and ``t_start ≤ t_end``.
+    """
+    def bad(msg: str) -> TraceError:
+        return TraceError(f"{name}: inconsistent trace: {msg}")
+
+    for table, spec, data in (("ops", OP_COLUMNS, trace.ops), ("inputs", INPUT_COLUMNS, trace.inputs)):
+        missing = set(spec) - set(data)
+        if missing:
+            raise bad(f"{table} table lacks columns {sorted(missing)}")
+        lengths = {len(data[k]) for k in spec}
+        if len(lengths) > 1:
+            raise bad(f"{table} columns have different lengths {sorted(lengths)}")
+    ops, inp = trace.ops, trace.inputs
+    n = len(ops["kind"])
+    kind = ops["kind"]
+    if n and kind.max() > EVAL:
+        raise bad(f"unknown op kind {int(kind.max())}")
+    if not (np.isfinite(ops["t_start"]).all() and np.isfinite(ops["t_end"]).all()):
+        raise bad("non-finite op time")
+    if (ops["t_start"] > ops["t_end"]).any():
+        raise bad(f"op {int(np.argmax(ops['t_start'] > ops['t_end']))} ends before it starts")
+    applies = np.flatnonzero(kind == APPLY)
+    starts, counts = ops["in_start"][applies], ops["in_count"][applies]
+    n_inp = len(inp["grad_op"])
+    if len(applies) and ((starts < 0).any() or (starts + counts > n_inp).any() or (counts < 0).any()):
+        raise bad("an apply's input slice lies outside the inputs table")
+    if n_inp:
+        g = inp["grad_op"]
+        if (g < 0).any() or (g >= n).any() or (kind[np.clip(g, 0, max(n - 1, 0))] != GRAD).any():
+            raise bad("an apply input does not name a grad op")
+        owner = np.repeat(applies, counts)
+        if len(owner) != n_inp or (g >= owner).any():
+            raise bad("an apply consumes a gradient computed after it, or inputs are not in apply order")
+        if len(np.unique(g)) != n_inp:
+            raise bad("a gradient is applied more than once")
+    _check_versions(trace, bad)
+
+
+def _check_versions(trace: Trace, bad: Any) -> None:
+    ops = trace.ops
+    kind, node, version = ops["kind"], ops["node"], ops["version"]
+    mut = np.flatnonzero((kind == APPLY) | (kind == MIX))
+    nodes = trace.header.get("nodes")
+    if not isinstance(nodes, int) or nodes < 1:
+        raise bad("header lacks a positive 'nodes' count")
+    touched = np.concatenate([node[mut], ops["src_node"][kind == GRAD], ops["src_node"][kind == MIX]])
+    if len(touched) and (touched.min() < 0 or touched.max() >= nodes):
+        raise bad("an op names a node outside 0..nodes-1")
+    # versions must advance by one per mutation, per node, in op order
+    order = np.lexsort((mut, node[mut]))
+    m_sorted, n_sorted = mut[order], node[mut][order]
+    first = np.r_[True, n_sorted[1:] != n_sorted[:-1]] if len(mut) else np.zeros(0, bool)
+    rank = np.arange(len(mut)) - np.maximum.accumulate(np.where(first, np.arange(len(mut)), 0))
+    if len(mut) and (version[m_sorted] != rank).any():
+        i = int(m_sorted[np.argmax(version[m_sorted] != rank)])
+        raise bad(f"op {i} ({KIND_NAMES[kind[i]]}) on node {int(node[i])} mutates version "
+                  f"{int(version[i])} out of sequence")
+    # reads: version r of node k exists at op i iff r ≤ number of mutations of k before i
+    reads = np.flatnonzero(kind != APPLY)
+    rnode = np.where(kind[reads] == EVAL, node[reads], ops["src_node"][reads])
+    rver = np.where(kind[reads] == EVAL, version[reads], ops["src_version"][reads])
+    keep = ~((kind[reads] == EVAL) & (rnode == AVERAGE_NODE))
+    reads, rnode, rver = reads[keep], rnode[keep], rver[keep]
+    if len(reads):
+        if (rver < 0).any():
+            raise bad(f"op {int(reads[np.argmax(rver < 0)])} reads a negative version")
+        for k in np.unique(rnode):
+            sel = rnode == k
+            muts_k = mut[node[mut] == k]
+            available = np.searchsorted(muts_k, reads[sel])  # mutations strictly before the read
+            over = rver[sel] > available
+            if over.any():
+                i = int(reads[sel][np.argmax(over)])
+                raise bad(f"op {i} ({KIND_NAMES[kind[i]]}) reads node {int(k)} version "
+                          f"{int(rver[sel][np.argmax(over)])} before it exists")
