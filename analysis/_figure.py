@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -59,11 +59,12 @@ def is_no_data(fig: Figure) -> bool:
     return fig.get_label() == NO_DATA
 
 
-def panel_grid(fig: Figure, count: int, max_cols: int = 3) -> list[Axes]:
-    """``count`` axes in a grid of at most ``max_cols`` columns (extra cells removed)."""
+def panel_grid(fig: Figure, count: int, max_cols: int = 3, share: bool = False) -> list[Axes]:
+    """``count`` axes in a grid of at most ``max_cols`` columns (extra cells removed);
+    ``share`` shares both axes' limits and scales."""
     cols = max(1, min(max_cols, count))
     rows = math.ceil(count / cols)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=share, sharey=share).ravel()
     for ax in axes[count:]:
         ax.remove()
     return list(axes[:count])
@@ -121,12 +122,16 @@ def plain_log2_axis(ax: Axes, axis: str, ticks: Sequence[float]) -> None:
     target.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def styles(n: int) -> list[tuple[Any, str]]:
+    """``n`` distinct (colour, line style) pairs: ten colours, then the next style."""
+    cmap = colormaps["tab10"]
+    return [(cmap(i % 10), LINESTYLES[(i // 10) % len(LINESTYLES)]) for i in range(n)]
+
+
 def text_color(rgba: Sequence[float]) -> str:
     """Black or white, whichever reads better on a cell of colour ``rgba``."""
     r, g, b = rgba[:3]
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
-
-
-def mean(values: Sequence[float]) -> float:
-    """Arithmetic mean (NaN when empty)."""
-    return float(np.mean(values)) if len(values) else math.nan

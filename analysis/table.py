@@ -145,6 +145,11 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def mean(values: Sequence[float]) -> float:
+    """Arithmetic mean (NaN when empty)."""
+    return math.fsum(values) / len(values) if len(values) else math.nan
+
+
 def sort_key(v: Any) -> tuple[int, Any]:
     """Total order for cells: numbers, then strings, then ``None``."""
     if is_number(v):
@@ -191,12 +196,16 @@ def label(row: Mapping[str, Any], keys: Iterable[str] | None = None,
     """Short label of a configuration, e.g. ``"async λ=30 μ=4 per_gradient"``.
 
     Shows the protocol (``n-softsync`` for softsync), ``λ`` and ``μ`` (unless named in
-    ``omit`` as ``"learners"``/``"minibatch"``), then each swept key of ``keys``
+    ``omit`` as ``"learners"``/``"minibatch"``; the ``run_id`` stands in for a missing
+    protocol), then each swept key of ``keys``
     (default: every dotted column of the row): a text value alone, a number or bool as
     ``name=value`` with the key's last segment as name. Empty values are skipped.
     """
     omit = set(omit)
-    parts = [] if "protocol" in omit else [protocol_name(row)]
+    if "protocol" in omit:
+        parts = []
+    else:
+        parts = [protocol_name(row) if is_value(row.get("protocol")) else str(row.get("run_id", "?"))]
     if "learners" not in omit and is_value(row.get("learners")):
         parts.append(f"λ={_short(row['learners'])}")
     if "minibatch" not in omit and is_value(row.get("minibatch")):
@@ -226,12 +235,14 @@ def labels(rows: Iterable[Mapping[str, Any]], omit: Iterable[str] = ()) -> dict[
 
 def config_key(row: Mapping[str, Any], omit: Iterable[str] = ()) -> tuple[tuple[str, str], ...]:
     """Hashable identity of a configuration: protocol, n, λ, μ and the swept keys,
-    without ``omit``. Runs that differ only in seed or in measurements share it."""
+    without ``omit``. Runs that differ only in seed or in measurements share it;
+    ``softsync_n`` counts only for softsync (async's n = λ is implied)."""
     omit = set(omit)
     names = [c for c in CONFIG_COLUMNS if c not in omit]
     names += sorted(k for k in swept_keys(row) if k not in omit)
-    return tuple((n, format_cell(row.get(n))) for n in names)
+    return tuple((n, "" if n == "softsync_n" and row.get("protocol") != "softsync"
+                  else format_cell(row.get(n))) for n in names)
 
 
 __all__ = ["Table", "Row", "label", "labels", "varying_keys", "swept_keys", "protocol_name",
-           "config_key", "is_value", "is_number", "format_cell", "sort_key", "CONFIG_COLUMNS"]
+           "config_key", "is_value", "is_number", "format_cell", "sort_key", "mean", "CONFIG_COLUMNS"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..simulator.catalog import dataset_info, param_count
+from ..simulator.compute import ProfileError, load_profile
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
 
 TRACE_SCHEMA_VERSION = 1
@@ -94,8 +95,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None = None) -> Scenario:
-    """Validate scenario TOML ``text`` (``path`` names it in messages) with overrides."""
+def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None = None,
+              folder: Path | None = None) -> Scenario:
+    """Validate scenario TOML ``text`` (``path`` names it in messages) with overrides.
+
+    Relative profile paths are resolved against ``folder`` (default: the working directory).
+    """
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -131,6 +136,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
             axes.pop(key, None)
             set_dotted(base, key, _validated(where, key, value))
     scenario = Scenario(path, base, list(axes.items()))
+    _resolve_profile(scenario, folder or Path.cwd())
     scenario.points()  # validate every point now, so errors come before any work
     return scenario
 
@@ -148,9 +154,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
         raise ScenarioError(f"{p}: not a UTF-8 text file") from None
     except OSError as e:
         raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
-    scenario = load_text(text, str(p), overrides)
-    _resolve_profile(scenario, p.parent)
-    return scenario
+    return load_text(text, str(p), overrides, p.parent)
 
 
 def _resolve_profile(scenario: Scenario, folder: Path) -> None:
@@ -178,6 +182,12 @@ def _check_point(path: str, point: dict[str, Any], label: str) -> None:
         wl["samples_per_epoch"] = info.train_size
     if wl["param_count"] is None:
         wl["param_count"] = count
+    profile = point["cluster"]["compute"]["profile"]
+    if profile is not None:
+        try:
+            load_profile(profile)
+        except ProfileError as e:
+            raise ScenarioError(f"{path}: key 'cluster.compute.profile' = {profile!r}{label}: {e}") from None
     group = point["cluster"]["server"]["group_size"]
     if group > lam:
         raise ScenarioError(

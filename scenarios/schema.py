@@ -91,7 +91,7 @@ FIELDS: tuple[Field, ...] = (
     # workload
     _s("workload.dataset", "digits", "Training data set.", choices=DATASETS),
     _s("workload.model", "mlp", "Model architecture.", choices=MODELS),
-    _f("workload.epochs", 20, "Passes over the training set.", "epochs", minimum=0, min_exclusive=True),
+    _f("workload.epochs", 20.0, "Passes over the training set.", "epochs", minimum=0, min_exclusive=True),
     _i("workload.samples_per_epoch", None,
        "Samples per epoch; default: the data set's training size.", "samples", minimum=1, optional=True),
     _i("workload.param_count", None,
@@ -135,7 +135,7 @@ FIELDS: tuple[Field, ...] = (
     _f("cluster.network.latency_s", 5e-5, "Per-message latency.", "s", minimum=0),
     _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
        "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
-    _f("cluster.network.bytes_per_param", 4, "Bytes per parameter in a message.", "bytes", minimum=0),
+    _f("cluster.network.bytes_per_param", 4.0, "Bytes per parameter in a message.", "bytes", minimum=0),
     _i("cluster.server.shards", 1, "Parameter-server shards (each its own NIC and apply queue).",
        minimum=1, maximum=1024),
     _f("cluster.server.apply_s", 1e-4, "Server time to process one gradient (per shard).", "s", minimum=0),

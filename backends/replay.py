@@ -1,0 +1,434 @@
+"""The replay backend: execute a protocol trace with real gradients on one device.
+
+The replay interprets ops in trace order and never knows which protocol wrote them
+(docs/replay.md):
+
+* ``grad``: the cross-entropy gradient of the minibatch ``SampleStream(data_seed,
+  samples_per_epoch).indices(sample_start, batch_size)`` at ``x / w`` of the state it reads;
+* ``apply``: ``x ← opt(x, Σ_i weight_i · scale_i · g_i)`` with ``lr_at(epoch of the apply)``;
+  ``w`` is unchanged;
+* ``mix``: ``x ← self_coef·x + coef·x_src``, ``w ← self_coef·w + coef·w_src``;
+* ``eval``: the test error of ``x / w`` of a state, or (node −1) of the mean over nodes of
+  each node's latest ``x / w``.
+
+Memory: a state (node, version) is freed after the last op that reads it (computed up
+front); a gradient is freed by the apply that consumes it; gradients no apply consumes
+are never computed. Batching: when the replay reaches a gradient not yet computed, it
+computes it together with later gradients whose states already exist (same batch size),
+in one ``vmap`` call; it never computes a gradient later than its own op.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from ..simulator.dataorder import permutation
+from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace
+from .base import BackendError, BackendResult, RunOptions
+from .optim import Optimizer, mean_staleness
+from .workloads import Data, build_model, load_data
+
+BATCH_CAP = 64              # most gradients in one vmap call
+LOOKAHEAD = 256             # grad ops scanned ahead for a batch
+BATCH_BUDGET_FLOATS = 1 << 26  # stacked weights + gradients of one batch (256 MiB in fp32)
+EVAL_CHUNK = 2048
+
+
+@dataclass
+class Plan:
+    """What the replay needs to know up front, derived from the trace with NumPy.
+
+    States are numbered ``sid = offset[node] + version``. ``free_order`` lists states by
+    the op after which they are freed (``free_count[i]`` of them after op ``i``); a
+    node's latest version lives to the end. ``batches[b]`` are positions in ``grads``
+    (the consumed grad ops) computed together when op ``grads[batches[b][0]]`` is reached.
+    """
+
+    offset: np.ndarray
+    n_states: int
+    free_order: list[int]
+    free_count: list[int]
+    grads: np.ndarray
+    grad_sid: np.ndarray
+    grad_interval: np.ndarray
+    batch_at: dict[int, int]
+    batches: list[np.ndarray]
+    coefs: np.ndarray
+    apply_lr: dict[int, float]
+    evals: np.ndarray
+
+
+def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP,
+               lookahead: int = LOOKAHEAD) -> Plan:
+    """Derive state lifetimes, gradient batches and apply coefficients from ``trace``."""
+    ops, inp = trace.ops, trace.inputs
+    kind, node, version = ops["kind"], ops["node"].astype(np.int64), ops["version"].astype(np.int64)
+    src_node, src_ver = ops["src_node"].astype(np.int64), ops["src_version"].astype(np.int64)
+    n, nodes = len(kind), int(trace.header["nodes"])
+    mut = np.flatnonzero((kind == APPLY) | (kind == MIX))
+    per_node = np.bincount(node[mut], minlength=nodes)
+    offset = np.concatenate([[0], np.cumsum(per_node + 1)[:-1]]).astype(np.int64)
+    n_states = int(per_node.sum() + nodes)
+    created = np.full(n_states, -1, np.int64)
+    created[offset[node[mut]] + version[mut] + 1] = mut
+    last = np.full(n_states, -1, np.int64)
+    last[offset[node[mut]] + version[mut]] = mut          # the mutation reads its state
+    last[offset + per_node] = n                            # latest versions live to the end
+    applies = np.flatnonzero(kind == APPLY)
+    owner = np.repeat(applies, ops["in_count"][applies])
+    consumer = np.full(n, -1, np.int64)
+    consumer[inp["grad_op"]] = owner
+    grads = np.flatnonzero((kind == GRAD) & (consumer >= 0))
+    grad_sid = offset[src_node[grads]] + src_ver[grads]
+    np.maximum.at(last, grad_sid, grads)
+    mixes = np.flatnonzero(kind == MIX)
+    np.maximum.at(last, offset[src_node[mixes]] + src_ver[mixes], mixes)
+    evals = np.flatnonzero(kind == EVAL)
+    ev_state = evals[node[evals] >= 0]
+    np.maximum.at(last, offset[node[ev_state]] + version[ev_state], ev_state)
+    order = np.argsort(last, kind="stable")
+    free_count = np.bincount(last, minlength=n + 1)[:n]
+
+    ready = created[grad_sid]
+    sizes = ops["batch_size"][grads]
+    batches: list[np.ndarray] = []
+    done = np.zeros(len(grads), bool)
+    for k in range(len(grads)):
+        if done[k]:
+            continue
+        members = np.array([k])
+        if batched and cap > 1:
+            hi = min(len(grads), k + 1 + lookahead)
+            ok = ~done[k + 1:hi] & (ready[k + 1:hi] < grads[k]) & (sizes[k + 1:hi] == sizes[k])
+            members = np.concatenate([members, k + 1 + np.flatnonzero(ok)[:cap - 1]])
+        done[members] = True
+        batches.append(members)
+    batch_at = {int(grads[m[0]]): b for b, m in enumerate(batches)}
+
+    coefs = inp["weight"] * opt.scales(inp["staleness"])
+    lrs = np.atleast_1d(opt.lr(ops["epoch"][applies]))
+    return Plan(offset, n_states, order.tolist(), free_count.tolist(), grads, grad_sid,
+                np.searchsorted(evals, grads), batch_at, batches, coefs,
+                dict(zip(applies.tolist(), lrs.tolist())), evals)
+
+
+class FlatModel:
+    """A model whose parameters are views into one flat vector ``work``.
+
+    ``grad`` computes one minibatch gradient with plain autograd; ``grad_batch`` computes
+    several at once with ``functional_call`` + ``vmap`` over stacked flat weights.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model.train()
+        named = list(model.named_parameters())
+        self.names = [k for k, _ in named]
+        self.params = [p for _, p in named]
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        self.size = sum(self.sizes)
+        self.work = torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+        o = 0
+        for p, k in zip(self.params, self.sizes):
+            p.data = self.work[o:o + k].view_as(p)
+            o += k
+        self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
+        self._loaded: Tensor | None = None
+
+    def load(self, z: Tensor) -> None:
+        """Make the model's parameters equal ``z``."""
+        if z is not self._loaded:
+            with torch.no_grad():
+                self.work.copy_(z)
+            self._loaded = z
+
+    def grad(self, z: Tensor, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+        """Flat gradient and loss of the mean cross-entropy of (xb, yb) at ``z``."""
+        self.load(z)
+        loss = F.cross_entropy(self.model(xb), yb)
+        gs = torch.autograd.grad(loss, self.params)
+        return torch.cat([g.reshape(-1) for g in gs]), loss.detach()
+
+    def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+        """Gradients (B, P) and losses (B,) of minibatch b at ``zs[b]`` (one vmap call).
+
+        ``zs`` of length 1 means every minibatch reads the same weights.
+        """
+        b = xb.shape[0]
+        if len(zs) == 1:
+            stacked = zs[0].detach().requires_grad_().expand(b, self.size)
+        else:
+            stacked = torch.stack(zs).requires_grad_()
+        views, o = {}, 0
+        for name, shape, k in zip(self.names, self.shapes, self.sizes):
+            views[name] = stacked[:, o:o + k].view(b, *shape)
+            o += k
+        logits = self._vforward(views, xb)
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1),
+                                 reduction="none").view(b, -1).mean(1)
+        gs = torch.autograd.grad(losses.sum(), list(views.values()))
+        out = torch.empty(b, self.size, dtype=stacked.dtype, device=stacked.device)
+        o = 0
+        for g, k in zip(gs, self.sizes):
+            out[:, o:o + k].view_as(g).copy_(g)
+            o += k
+        return out, losses.detach()
+
+    @torch.no_grad()
+    def test_error(self, z: Tensor, x: Tensor, y: Tensor) -> float:
+        """Fraction of (x, y) misclassified at weights ``z`` (model in eval mode)."""
+        self.load(z)
+        self.model.eval()
+        try:
+            wrong = sum(int((self.model(x[i:i + EVAL_CHUNK]).argmax(1) != y[i:i + EVAL_CHUNK]).sum())
+                        for i in range(0, len(y), EVAL_CHUNK))
+        finally:
+            self.model.train()
+        return wrong / max(1, len(y))
+
+
+class _Diverged(Exception):
+    pass
+
+
+class Replayer:
+    """Executes one trace. After :meth:`run`: ``curves``, ``diverged``, ``diverged_at_update``,
+    ``updates``, ``peak_live_states``, ``peak_live_grads`` and :meth:`final_states`.
+    """
+
+    def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
+                 batched: bool = True, batch_cap: int = BATCH_CAP, lookahead: int = LOOKAHEAD) -> None:
+        for key in ("nodes", "data_seed", "samples_per_epoch"):
+            if key not in trace.header:
+                raise BackendError(f"trace header lacks {key!r}: cannot replay it")
+        self.trace, self.data, self.opt = trace, data, opt
+        self.flat = FlatModel(model)
+        cap = max(1, min(batch_cap, BATCH_BUDGET_FLOATS // (2 * self.flat.size)))
+        self.batched = batched and self.flat.batchable
+        self.plan = plan_trace(trace, opt, self.batched, cap, lookahead)
+        self.nodes = int(trace.header["nodes"])
+        self.seed = int(trace.header["data_seed"])
+        self.spe = int(trace.header["samples_per_epoch"])
+        self.n_train = len(data.train_y)
+        self.device = data.train_x.device
+        self._perms: dict[int, np.ndarray] = {}
+        self.states: dict[int, tuple[Tensor, float]] = {}
+        self.grads: dict[int, tuple[Tensor, int]] = {}
+        self.curves: list[dict[str, Any]] = []
+        self.diverged = False
+        self.diverged_at_update: int | None = None
+        self.updates = 0
+        self.peak_live_states = 0
+        self.peak_live_grads = 0
+        self._loss_sum = np.zeros(len(self.plan.evals) + 1)
+        self._loss_n = np.zeros(len(self.plan.evals) + 1, np.int64)
+        self._current = self.plan.offset.copy()  # each node's latest state id
+
+    # -- data ---------------------------------------------------------------------------
+    def _perm(self, epoch: int) -> np.ndarray:
+        p = self._perms.get(epoch)
+        if p is None:
+            if len(self._perms) >= 8:
+                self._perms.pop(min(self._perms))
+            p = self._perms[epoch] = permutation(self.seed, epoch, self.spe)
+        return p
+
+    def sample_indices(self, starts: np.ndarray, size: int) -> np.ndarray:
+        """Rows (len(starts), size) of the minibatches at stream positions ``starts``
+        (= ``SampleStream.indices``; positions past the data set's size wrap around)."""
+        pos = starts[:, None] + np.arange(size)
+        ep, off = np.divmod(pos, self.spe)
+        lo, hi = int(ep.min()), int(ep.max())
+        if lo == hi:
+            idx = self._perm(lo)[off]
+        else:
+            idx = np.empty_like(pos)
+            for e in range(lo, hi + 1):
+                m = ep == e
+                idx[m] = self._perm(e)[off[m]]
+        return idx % self.n_train if self.spe > self.n_train else idx
+
+    # -- states -------------------------------------------------------------------------
+    def _z(self, sid: int) -> Tensor:
+        x, w = self.states[sid]
+        return x if w == 1.0 else x / w
+
+    def final_states(self) -> dict[int, tuple[Tensor, float]]:
+        """Each node's latest (x, w) after the run."""
+        cur = self._current
+        return {k: self.states[int(cur[k])] for k in range(self.nodes) if int(cur[k]) in self.states}
+
+    # -- ops ----------------------------------------------------------------------------
+    def _compute_batch(self, b: int) -> None:
+        plan = self.plan
+        members = plan.batches[b]
+        ops = self.trace.ops
+        gops = plan.grads[members]
+        size = int(ops["batch_size"][gops[0]])
+        idx = torch.from_numpy(self.sample_indices(ops["sample_start"][gops], size)).to(self.device)
+        xb, yb = self.data.train_x[idx], self.data.train_y[idx]
+        sids = plan.grad_sid[members].tolist()
+        if len(members) == 1:
+            g, loss = self.flat.grad(self._z(sids[0]), xb[0], yb[0])
+            g, losses = g.unsqueeze(0), [loss.item()]
+        else:
+            zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
+            g, lt = self.flat.grad_batch(zs, xb, yb)
+            losses = lt.tolist()
+        if not all(math.isfinite(v) for v in losses):
+            raise _Diverged
+        np.add.at(self._loss_sum, plan.grad_interval[members], losses)
+        np.add.at(self._loss_n, plan.grad_interval[members], 1)
+        for row, op in enumerate(gops.tolist()):
+            self.grads[op] = (g, row)
+        self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
+
+    def _combined_grad(self, i: int) -> Tensor:
+        ops, inp, plan = self.trace.ops, self.trace.inputs, self.plan
+        s, c = int(ops["in_start"][i]), int(ops["in_count"][i])
+        pops = self.grads.pop
+        if c == 1:
+            g, row = pops(int(inp["grad_op"][s]))
+            coef = float(plan.coefs[s])
+            return g[row] if coef == 1.0 else g[row] * coef
+        groups: dict[int, tuple[Tensor, list[int], list[float]]] = {}
+        for j, op in enumerate(inp["grad_op"][s:s + c].tolist()):
+            g, row = pops(op)
+            entry = groups.setdefault(id(g), (g, [], []))
+            entry[1].append(row)
+            entry[2].append(float(plan.coefs[s + j]))
+        total: Tensor | None = None
+        for g, rows, cs in groups.values():
+            cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
+            part = cv @ (g if rows == list(range(len(g))) else g[rows])
+            total = part if total is None else total + part
+        assert total is not None
+        return total
+
+    def _eval(self, i: int) -> None:
+        ops, plan = self.trace.ops, self.plan
+        k = int(ops["node"][i])
+        if k >= 0:
+            z = self._z(int(plan.offset[k] + ops["version"][i]))
+        else:
+            zs = [self._z(int(s)) for s in self._current]
+            z = torch.stack(zs).mean(0) if len(zs) > 1 else zs[0]
+        if not bool(torch.isfinite(z).all()):
+            raise _Diverged
+        row: dict[str, Any] = {
+            "epoch": float(ops["epoch"][i]), "updates": self.updates, "sim_time_s": float(ops["t_end"][i]),
+            "test_error": self.flat.test_error(z, self.data.test_x, self.data.test_y),
+        }
+        j = len(self.curves)
+        n = int(self._loss_n[j])
+        row["train_loss"] = float(self._loss_sum[j] / n) if n else math.nan
+        if self.nodes > 1:
+            zs = [self._z(int(s)) for s in self._current]
+            mean = torch.stack(zs).mean(0)
+            row["consensus_distance"] = float(sum(float((zz - mean).pow(2).sum()) for zz in zs) / len(zs))
+        self.curves.append(row)
+
+    def run(self) -> list[dict[str, Any]]:
+        """Execute every op; return the curves (divergence stops the run, never raises)."""
+        ops, plan, flat = self.trace.ops, self.plan, self.flat
+        x0 = flat.work.detach().clone()
+        self.states = {int(s): (x0, 1.0) for s in plan.offset}
+        self._current = plan.offset.copy()
+        self.peak_live_states = len(self.states)
+        kinds = ops["kind"].tolist()
+        nodes, versions = ops["node"].tolist(), ops["version"].tolist()
+        free_order, free_count, fp = plan.free_order, plan.free_count, 0
+        states, batch_at, offset = self.states, plan.batch_at, plan.offset.tolist()
+        try:
+            for i, k in enumerate(kinds):
+                if k == GRAD:
+                    b = batch_at.get(i)
+                    if b is not None:
+                        self._compute_batch(b)
+                elif k == APPLY:
+                    nd = nodes[i]
+                    sid = offset[nd] + versions[i]
+                    x, w = states[sid]
+                    states[sid + 1] = (self.opt.step(nd, x, self._combined_grad(i), plan.apply_lr[i], w), w)
+                    self._current[nd] = sid + 1
+                    self.updates += 1
+                elif k == MIX:
+                    self._mix(i, offset)
+                else:
+                    self._eval(i)
+                c = free_count[i]
+                if c:
+                    for s in free_order[fp:fp + c]:
+                        del states[s]
+                    fp += c
+                if len(states) > self.peak_live_states:
+                    self.peak_live_states = len(states)
+            if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
+                raise _Diverged
+        except _Diverged:
+            self.diverged, self.diverged_at_update = True, self.updates
+        return self.curves
+
+    def _mix(self, i: int, offset: list[int]) -> None:
+        ops = self.trace.ops
+        nd, sc, cf = int(ops["node"][i]), float(ops["self_coef"][i]), float(ops["coef"][i])
+        sid = offset[nd] + int(ops["version"][i])
+        x, w = self.states[sid]
+        xs, ws = self.states[offset[int(ops["src_node"][i])] + int(ops["src_version"][i])]
+        x_new = torch.add(x if sc == 1.0 else x * sc, xs, alpha=cf)
+        self.states[sid + 1] = (x_new, sc * w + cf * ws)
+        self._current[nd] = sid + 1
+
+
+def summarize(curves: list[dict[str, Any]], target_error: float, diverged: bool,
+              diverged_at_update: int | None) -> dict[str, Any]:
+    """The summary keys of :class:`BackendResult` from the measured curves."""
+    errors = [r["test_error"] for r in curves]
+    hit = next((r["sim_time_s"] for r in curves if r["test_error"] <= target_error), None)
+    return {
+        "final_test_error": errors[-1] if errors else math.nan,
+        "best_test_error": min(errors) if errors else math.nan,
+        "time_to_target_s": hit,
+        "diverged": bool(diverged),
+        "diverged_at_update": diverged_at_update if diverged else None,
+    }
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``device``, or cuda when available, else cpu."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class ReplayBackend:
+    """Backend "replay": executes a simulated (or live) trace on one device."""
+
+    name = "replay"
+
+    def run(self, trace: Trace, point: dict[str, Any], options: RunOptions | None = None) -> BackendResult:
+        """Replay ``trace`` for scenario ``point``; see :class:`BackendResult` for the keys."""
+        options = options or RunOptions()
+        device = resolve_device(options.device)
+        threads = torch.get_num_threads()
+        if options.threads and options.threads > 0:
+            torch.set_num_threads(options.threads)
+        try:
+            data = load_data(point, options.data_dir, options.download, device=device)
+            model = build_model(point).to(device)
+            opt = Optimizer(point["optimizer"], mean_staleness(trace.inputs["staleness"]))
+            rep = Replayer(trace, model, data, opt, batched=options.batched)
+            curves = rep.run()
+        finally:
+            torch.set_num_threads(threads)
+        summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update)
+        return BackendResult(curves=curves, summary=summary, trace=None)
