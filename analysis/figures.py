@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "error_vs_time", "Test error over simulated time",
         "Test error of each run against simulated wall-clock time: the accuracy/runtime "
-        "tradeoff itself. Lower and further left is better; dashed lines diverged.",
+        "tradeoff itself. Lower and further left is better; faded lines diverged. A large "
+        "sweep gets one panel per protocol configuration, colour = learners λ, style = minibatch μ.",
         lambda r: plots.error_vs_time(r.curves, r.summary, target=r.target_error)),
     FigureSpec(
         "pareto", "Pareto frontier of time and error",
@@ -83,9 +85,16 @@ FIGURES: tuple[FigureSpec, ...] = (
 
 
 def render(results: Results) -> Iterator[tuple[FigureSpec, Figure]]:
-    """Each applicable figure of ``results`` with its spec, in catalogue order."""
+    """Each applicable figure of ``results`` with its spec, in catalogue order.
+
+    A figure that fails to draw is skipped with a warning naming it, so that one
+    unexpected table cannot cost the user every other figure and the report."""
     for spec in FIGURES:
-        fig = spec.draw(results)
+        try:
+            fig = spec.draw(results)
+        except Exception as e:  # noqa: BLE001 - reported, and the other figures still drawn
+            warnings.warn(f"figure {spec.name!r} skipped: {type(e).__name__}: {e}", stacklevel=2)
+            continue
         if not is_no_data(fig):
             yield spec, fig
 

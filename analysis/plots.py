@@ -56,18 +56,21 @@ def error_vs_time(curves: Table, summary: Table | None = None, *, target: float 
     keys that differ) or its ``run_id``. A larger sweep gets one panel per protocol
     configuration (at most ``max_panels``) with colour = learners λ and line style =
     minibatch μ. Diverged runs are faded; ``target`` draws the target error;
-    ``logx=None`` uses a log time axis when times span more than 30×.
+    ``logx=None`` uses a log time axis when positive times span more than 30× (points
+    at t ≤ 0 are then left out).
     """
     title = "Test error vs simulated time"
     miss = _missing(curves, "run_id", "sim_time_s", "test_error")
     if miss:
         return no_data(title, f"curves lack {', '.join(miss)}")
-    lines: dict[str, tuple[list[float], list[float]]] = {}
-    for (rid,), t in curves.group_by("run_id").items():
-        pts = sorted((r["sim_time_s"], r["test_error"]) for r in t
-                     if is_number(r.get("sim_time_s")) and is_number(r.get("test_error")))
-        if pts:
-            lines[str(rid)] = tuple(map(list, zip(*pts)))  # type: ignore[assignment]
+    points = {str(rid): sorted((r["sim_time_s"], r["test_error"]) for r in t
+                               if is_number(r.get("sim_time_s")) and is_number(r.get("test_error")))
+              for (rid,), t in curves.group_by("run_id").items()}
+    positive = [x for pts in points.values() for x, _ in pts if x > 0]
+    log = use_log(positive) if logx is None else bool(logx and positive)
+    if log:  # a log axis cannot show t = 0 (the evaluation before training)
+        points = {rid: [p for p in pts if p[0] > 0] for rid, pts in points.items()}
+    lines = {rid: ([x for x, _ in pts], [y for _, y in pts]) for rid, pts in points.items() if pts}
     if not lines:
         return no_data(title, "no run has both sim_time_s and test_error")
     srows = {str(r.get("run_id")): r for r in (summary or Table())}
@@ -86,11 +89,10 @@ def error_vs_time(curves: Table, summary: Table | None = None, *, target: float 
                     marker="." if len(lines[rid][0]) < 40 else None,
                     label=names[rid] + (" (diverged)" if div else ""))
         fig.legend(loc="outside right center", fontsize=8, frameon=False)
-    all_x = [x for xs, _ in lines.values() for x in xs]
     for ax in fig.axes:
         if target is not None:
             ax.axhline(target, color="0.3", linestyle=":", linewidth=1)
-        if (use_log(all_x) if logx is None else logx) and min(all_x) > 0:
+        if log:
             ax.set_xscale("log")
         ax.set_xlabel("simulated wall-clock time (s)")
         ax.set_ylabel("test error")
@@ -318,10 +320,12 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     ax.step([r[x] for r in front], [r[y] for r in front], where="post", color="black",
             linewidth=1.2, label="Pareto frontier", zorder=3)
     numbered = len(front) > max_names
+    spots: dict[tuple[float, float], list[str]] = {}  # tied runs share one annotation
     for i, r in enumerate(front, 1):
-        text = str(i) if numbered else names[str(r.get("run_id"))]
-        ax.annotate(text, (r[x], r[y]), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                    fontweight="bold" if numbered else "normal")
+        spots.setdefault((r[x], r[y]), []).append(str(i) if numbered else names[str(r.get("run_id"))])
+    for xy, texts in spots.items():
+        ax.annotate(("," if numbered else "\n").join(texts), xy, xytext=(4, 4), fontsize=7,
+                    textcoords="offset points", fontweight="bold" if numbered else "normal")
     if numbered:
         keys = [Line2D([], [], linestyle="", label=f"{i}: {names[str(r.get('run_id'))]}")
                 for i, r in enumerate(front, 1)]

@@ -143,6 +143,7 @@ class FlatModel:
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._loaded: Tensor | None = None
+        self._one = torch.ones((), device=self.work.device)
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
@@ -155,7 +156,7 @@ class FlatModel:
         """Flat gradient and loss of the mean cross-entropy of (xb, yb) at ``z``."""
         self.load(z)
         loss = F.cross_entropy(self.model(xb), yb)
-        gs = torch.autograd.grad(loss, self.params)
+        gs = torch.autograd.grad(loss, self.params, self._one)
         return torch.cat([g.reshape(-1) for g in gs]), loss.detach()
 
     def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
@@ -176,11 +177,7 @@ class FlatModel:
         losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1),
                                  reduction="none").view(b, -1).mean(1)
         gs = torch.autograd.grad(losses.sum(), list(views.values()))
-        out = torch.empty(b, self.size, dtype=stacked.dtype, device=stacked.device)
-        o = 0
-        for g, k in zip(gs, self.sizes):
-            out[:, o:o + k].view_as(g).copy_(g)
-            o += k
+        out = torch.cat([g.contiguous().view(b, -1) for g in gs], dim=1)
         return out, losses.detach()
 
     @torch.no_grad()
@@ -221,6 +218,11 @@ class Replayer:
         self.n_train = len(data.train_y)
         self.device = data.train_x.device
         self._perms: dict[int, np.ndarray] = {}
+        self._perm_t: dict[int, Tensor] = {}
+        p = self.plan
+        self._grad_info = list(zip(p.grads.tolist(), trace.ops["sample_start"][p.grads].tolist(),
+                                   trace.ops["batch_size"][p.grads].tolist(), p.grad_sid.tolist(),
+                                   p.grad_interval.tolist()))
         self.states: dict[int, tuple[Tensor, float]] = {}
         self.grads: dict[int, tuple[Tensor, int]] = {}
         self.curves: list[dict[str, Any]] = []
@@ -269,21 +271,18 @@ class Replayer:
 
     # -- ops ----------------------------------------------------------------------------
     def _compute_batch(self, b: int) -> None:
-        plan = self.plan
-        members = plan.batches[b]
+        """Compute the gradients of batch ``b`` and keep them until their applies."""
+        plan, members = self.plan, self.plan.batches[b]
+        if len(members) == 1:
+            return self._compute_one(int(members[0]))
         ops = self.trace.ops
         gops = plan.grads[members]
         size = int(ops["batch_size"][gops[0]])
         idx = torch.from_numpy(self.sample_indices(ops["sample_start"][gops], size)).to(self.device)
-        xb, yb = self.data.train_x[idx], self.data.train_y[idx]
         sids = plan.grad_sid[members].tolist()
-        if len(members) == 1:
-            g, loss = self.flat.grad(self._z(sids[0]), xb[0], yb[0])
-            g, losses = g.unsqueeze(0), [loss.item()]
-        else:
-            zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
-            g, lt = self.flat.grad_batch(zs, xb, yb)
-            losses = lt.tolist()
+        zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
+        g, lt = self.flat.grad_batch(zs, self.data.train_x[idx], self.data.train_y[idx])
+        losses = lt.tolist()
         if not all(math.isfinite(v) for v in losses):
             raise _Diverged
         np.add.at(self._loss_sum, plan.grad_interval[members], losses)
@@ -292,20 +291,45 @@ class Replayer:
             self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
-    def _combined_grad(self, i: int) -> Tensor:
-        ops, inp, plan = self.trace.ops, self.trace.inputs, self.plan
-        s, c = int(ops["in_start"][i]), int(ops["in_count"][i])
-        pops = self.grads.pop
-        if c == 1:
-            g, row = pops(int(inp["grad_op"][s]))
-            coef = float(plan.coefs[s])
-            return g[row] if coef == 1.0 else g[row] * coef
+    def _compute_one(self, k: int) -> None:
+        """Compute consumed gradient ``k`` alone (plain autograd; the lean path)."""
+        op, start, size, sid, j = self._grad_info[k]
+        e, off = divmod(start, self.spe)
+        if off + size <= self.spe:
+            idx = self._perm_tensor(e)[off:off + size]
+        else:
+            idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
+        g, loss = self.flat.grad(self._z(sid), self.data.train_x[idx], self.data.train_y[idx])
+        v = loss.item()
+        if not math.isfinite(v):
+            raise _Diverged
+        self._loss_sum[j] += v
+        self._loss_n[j] += 1
+        self.grads[op] = (g, -1)
+        if len(self.grads) > self.peak_live_grads:
+            self.peak_live_grads = len(self.grads)
+
+    def _perm_tensor(self, epoch: int) -> Tensor:
+        t = self._perm_t.get(epoch)
+        if t is None:
+            if len(self._perm_t) >= 8:
+                self._perm_t.pop(min(self._perm_t))
+            p = self._perm(epoch)
+            t = self._perm_t[epoch] = torch.from_numpy(p % self.n_train if self.spe > self.n_train else p).to(
+                self.device)
+        return t
+
+    def _combined_grad(self, s: int, c: int) -> Tensor:
+        """Σ coef_j · g_j over inputs s .. s+c−1 (one gemv per batch the gradients came from)."""
+        pop, coefs = self.grads.pop, self.plan.coefs
         groups: dict[int, tuple[Tensor, list[int], list[float]]] = {}
-        for j, op in enumerate(inp["grad_op"][s:s + c].tolist()):
-            g, row = pops(op)
+        for j, op in enumerate(self.trace.inputs["grad_op"][s:s + c].tolist()):
+            g, row = pop(op)
+            if row < 0:
+                g, row = g.unsqueeze(0), 0
             entry = groups.setdefault(id(g), (g, [], []))
             entry[1].append(row)
-            entry[2].append(float(plan.coefs[s + j]))
+            entry[2].append(float(coefs[s + j]))
         total: Tensor | None = None
         for g, rows, cs in groups.values():
             cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
@@ -339,28 +363,41 @@ class Replayer:
 
     def run(self) -> list[dict[str, Any]]:
         """Execute every op; return the curves (divergence stops the run, never raises)."""
-        ops, plan, flat = self.trace.ops, self.plan, self.flat
-        x0 = flat.work.detach().clone()
-        self.states = {int(s): (x0, 1.0) for s in plan.offset}
-        self._current = plan.offset.copy()
-        self.peak_live_states = len(self.states)
+        ops, inp, plan = self.trace.ops, self.trace.inputs, self.plan
+        x0 = self.flat.work.detach().clone()
+        states, grads, pop = self.states, self.grads, self.grads.pop
+        states.update({int(s): (x0, 1.0) for s in plan.offset})
+        self._current = current = plan.offset.copy()
+        self.peak_live_states = len(states)
+        # per-op columns as Python lists: the loop below touches them once per op
         kinds = ops["kind"].tolist()
-        nodes, versions = ops["node"].tolist(), ops["version"].tolist()
+        node_l, ver_l = ops["node"].tolist(), ops["version"].tolist()
+        in_start, in_count = ops["in_start"].tolist(), ops["in_count"].tolist()
+        grad_op, coefs = inp["grad_op"].tolist(), plan.coefs.tolist()
         free_order, free_count, fp = plan.free_order, plan.free_count, 0
-        states, batch_at, offset = self.states, plan.batch_at, plan.offset.tolist()
+        batch_at, offset, lrs, step = plan.batch_at, plan.offset.tolist(), plan.apply_lr, self.opt.step
         try:
             for i, k in enumerate(kinds):
-                if k == GRAD:
+                if k == APPLY:
+                    nd = node_l[i]
+                    sid = offset[nd] + ver_l[i]
+                    x, w = states[sid]
+                    s, c = in_start[i], in_count[i]
+                    if c == 1:
+                        g, row = pop(grad_op[s])
+                        if row >= 0:
+                            g = g[row]
+                        if coefs[s] != 1.0:
+                            g = g * coefs[s]
+                    else:
+                        g = self._combined_grad(s, c)
+                    states[sid + 1] = (step(nd, x, g, lrs[i], w), w)
+                    current[nd] = sid + 1
+                    self.updates += 1
+                elif k == GRAD:
                     b = batch_at.get(i)
                     if b is not None:
                         self._compute_batch(b)
-                elif k == APPLY:
-                    nd = nodes[i]
-                    sid = offset[nd] + versions[i]
-                    x, w = states[sid]
-                    states[sid + 1] = (self.opt.step(nd, x, self._combined_grad(i), plan.apply_lr[i], w), w)
-                    self._current[nd] = sid + 1
-                    self.updates += 1
                 elif k == MIX:
                     self._mix(i, offset)
                 else:

@@ -32,7 +32,7 @@ from .compute import DrawStream, learner_clocks, sampler
 from simpy.core import NORMAL
 
 from .events import Wake, at
-from .dataorder import global_slice_start, shard_start
+from .dataorder import global_slice_start
 from .resources import FifoServer
 from .trace import EVAL, TraceBuilder
 
@@ -77,8 +77,12 @@ class PSRun:
         self.agg_inflight = [0] * len(self.agg_links)
         self.agg_arrive = [0.0] * len(self.agg_links)
         self.clocks = learner_clocks(point, lam, 1)
+        self.shard_len = max(1, self.N // lam)
+        self.shard_batches = max(1, self.shard_len // mu)
         self.env = simpy.Environment()
         self._schedule = self.env.schedule
+        if self.c == 1 and self.S == 1 and self.group == 1 and self.ssp_bound < 0:
+            self._processed = self._processed_async  # type: ignore[method-assign]
         self.tb = TraceBuilder()
         # state
         self.version = 0
@@ -128,8 +132,11 @@ class PSRun:
         i, j, k, t0 = ev._value
         now = self.env._now
         lam, mu = self.lam, self.mu
-        start = (global_slice_start(k, i, lam, mu) if self.hardsync
-                 else shard_start(k, i, lam, mu, self.N))
+        if self.hardsync:
+            start = global_slice_start(k, i, lam, mu)
+        else:  # dataorder.shard_start, inlined
+            e, b = divmod(k, self.shard_batches)
+            start = e * self.N + i * self.shard_len + b * mu
         gop = self.tb.grad(i, 0, j, start, mu, k, t0, now, self.samples_applied / self.N)
         item = (i, gop, j, mu)
         if self.group == 1:
@@ -189,6 +196,24 @@ class PSRun:
         else:
             for it in items:
                 self._pull(it[0], now)
+
+    def _processed_async(self, ev: Wake) -> None:
+        """``_processed`` for async with one shard and no aggregation (same semantics, fewer calls)."""
+        now = self.env._now
+        i, gop, j, size = ev._value[0]
+        self.done_clock[i] += 1
+        self.processed += 1
+        self.end_time = now
+        v = self.version
+        self.samples_applied += size
+        epoch = self.samples_applied / self.N
+        self.tb.apply1(0, v, gop, v - j, now, epoch)
+        self.version = v + 1
+        if self.samples_applied >= self.next_eval - 1e-9:
+            self.tb.eval(0, v + 1, now, epoch)
+            while self.next_eval <= self.samples_applied + 1e-9:
+                self.next_eval += self.eval_every
+        self._start(i, self.link_out[0].reserve(now, self.tx) + self.lat, v + 1)
 
     def _release_ssp(self, now: float) -> None:
         slowest = min(self.done_clock)

@@ -117,6 +117,16 @@ class TraceBuilder:
         self.in_stale.extend(staleness)
         return len(self.kinds) - 1
 
+    def apply1(self, node: int, version: int, grad_op: int, staleness: int, t: float, epoch: float) -> int:
+        """``apply`` of a single gradient with weight 1 (the async hot path)."""
+        self.kinds.append(APPLY)
+        self.a_i.extend((node, version, len(self.in_grad), 1))
+        self.a_f.extend((t, epoch))
+        self.in_grad.append(grad_op)
+        self.in_weight.append(1.0)
+        self.in_stale.append(staleness)
+        return len(self.kinds) - 1
+
     def mix(self, node: int, version: int, src_node: int, src_version: int, coef: float,
             self_coef: float, t_start: float, t_end: float, epoch: float) -> int:
         """Record x_node ← self_coef·x_node + coef·x_src(src_version) (w likewise)."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ddlsim.simulator import trace as T
+from ddlsim.simulator.dataorder import global_slice_start, shard_start
 from ddlsim.simulator.run import simulate
 from tests.conftest import make_point
 
@@ -214,3 +215,11 @@ def test_every_trace_is_valid_and_covers_the_epochs(protocol: str) -> None:
     evals = r.trace.ops["epoch"][r.trace.ops["kind"] == T.EVAL]
     assert evals[0] == 0 and evals[-1] >= 2 - 1e-9 and len(evals) >= 3
     assert math.isfinite(r.summary["sim_time_s"])
+    # data order (DESIGN.md): hardsync takes slice i of global batch k, others their own shard
+    g = r.trace.ops["kind"] == T.GRAD
+    node, k, start = (r.trace.ops[c][g] for c in ("node", "batch_index", "sample_start"))
+    if protocol == "hardsync":
+        expect = [global_slice_start(kk, i, 5, 4) for kk, i in zip(k, node)]
+    else:
+        expect = [shard_start(kk, i, 5, 4, 300) for kk, i in zip(k, node)]
+    assert start.tolist() == expect

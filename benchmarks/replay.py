@@ -1,0 +1,141 @@
+"""Replay throughput against a plain PyTorch loop (gradients per second, same device).
+
+Workload: digits MLP, λ = 30 learners, μ = 4, an async-like trace in which every gradient
+reads a different recent weights version (staleness λ − 1, one apply per gradient,
+SGD with momentum). The plain loop computes the same minibatch gradients one by one
+(``model(x)``, cross-entropy, ``backward``) on one set of weights, without applying them.
+
+Targets: one-at-a-time replay ≥ 0.9× the plain loop, batched replay ≥ 3×.
+
+    python -m ddlsim.benchmarks.replay            # or: python benchmarks/replay.py
+    python benchmarks/replay.py --device cuda --grads 6000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ddlsim.backends.optim import Optimizer, mean_staleness
+from ddlsim.backends.replay import Replayer, resolve_device
+from ddlsim.backends.workloads import build_model, load_data
+from ddlsim.scenarios.load import load_text
+from ddlsim.simulator.dataorder import SampleStream, shard_start
+from ddlsim.simulator.trace import GRAD, Trace, TraceBuilder
+
+SCENARIO = """
+seed = 0
+[workload]
+dataset = "digits"
+model = "mlp"
+[optimizer]
+name = "sgd"
+lr = 0.01
+momentum = 0.9
+lr_policy = "per_gradient"
+[cluster]
+learners = {learners}
+minibatch = {minibatch}
+[protocol]
+name = "async"
+"""
+
+
+def async_trace(learners: int, minibatch: int, grads: int, n: int, seed: int) -> Trace:
+    """Round-robin ASGD: learner ``l`` pushes a gradient on the version it last pulled,
+    the server applies it at once and ``l`` pulls the new version."""
+    tb = TraceBuilder()
+    tb.eval(0, 0, 0.0, 0.0)
+    read = [0] * learners
+    k = [0] * learners
+    v = 0
+    for step in range(grads):
+        lrn = step % learners
+        t = float(step + 1)
+        g = tb.grad(lrn, 0, read[lrn], shard_start(k[lrn], lrn, learners, minibatch, n), minibatch,
+                    k[lrn], t - 1.0, t, v * minibatch / n)
+        k[lrn] += 1
+        tb.apply(0, v, [g], [1.0], [v - read[lrn]], t, (v + 1) * minibatch / n)
+        v += 1
+        read[lrn] = v
+    tb.eval(0, v, float(grads), v * minibatch / n)
+    return tb.build({"nodes": 1, "data_seed": seed, "samples_per_epoch": n})
+
+
+def plain_loop(point: dict, data, trace: Trace, device: torch.device) -> float:
+    """Seconds for forward + backward of every grad op's minibatch, one by one."""
+    model = build_model(point).to(device)
+    ops = trace.ops
+    g = np.flatnonzero(ops["kind"] == GRAD)
+    stream = SampleStream(trace.header["data_seed"], trace.header["samples_per_epoch"])
+    batches = [torch.from_numpy(stream.indices(int(s), int(b))).to(device)
+               for s, b in zip(ops["sample_start"][g], ops["batch_size"][g])]
+    x, y = data.train_x, data.train_y
+    _sync(device)
+    t = time.perf_counter()
+    for idx in batches:
+        model.zero_grad()
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def replay_once(point: dict, data, trace: Trace, batched: bool, device: torch.device) -> tuple[float, Replayer]:
+    """Seconds for planning and executing ``trace`` (model and data already built)."""
+    model = build_model(point).to(device)
+    _sync(device)
+    t = time.perf_counter()
+    opt = Optimizer(point["optimizer"], mean_staleness(trace.inputs["staleness"]))
+    rep = Replayer(trace, model, data, opt, batched=batched)
+    rep.run()
+    _sync(device)
+    return time.perf_counter() - t, rep
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (default cpu)")
+    ap.add_argument("--learners", type=int, default=30)
+    ap.add_argument("--minibatch", type=int, default=4)
+    ap.add_argument("--grads", type=int, default=3000, help="gradients in the trace")
+    ap.add_argument("--repeats", type=int, default=3, help="best of this many timings")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    device = resolve_device(a.device)
+    point = load_text(SCENARIO.format(learners=a.learners, minibatch=a.minibatch)).points()[0]
+    data = load_data(point, device=device)
+    trace = async_trace(a.learners, a.minibatch, a.grads, point["workload"]["samples_per_epoch"], point["seed"])
+    n = int((trace.ops["kind"] == GRAD).sum())
+    for batched in (False, True):  # warm-up (lazy imports, vmap tracing, allocator)
+        replay_once(point, data, async_trace(a.learners, a.minibatch, 200, len(data.train_y), 0),
+                    batched, device)
+    plain_loop(point, data, trace, device)
+    best = {"plain": np.inf, "single": np.inf, "batched": np.inf}
+    for _ in range(a.repeats):
+        best["plain"] = min(best["plain"], plain_loop(point, data, trace, device))
+        best["single"] = min(best["single"], replay_once(point, data, trace, False, device)[0])
+        best["batched"] = min(best["batched"], replay_once(point, data, trace, True, device)[0])
+    rate = {k: n / v for k, v in best.items()}
+    _, rep = replay_once(point, data, trace, True, device)
+    print(f"device {device}, threads {torch.get_num_threads()}, digits MLP, λ={a.learners}, "
+          f"μ={a.minibatch}, {n} gradients, {len(rep.plan.batches)} batches "
+          f"(mean {n / len(rep.plan.batches):.1f} per vmap call), peak live states {rep.peak_live_states}")
+    print(f"plain PyTorch loop      {rate['plain']:9.0f} gradients/s")
+    print(f"replay one-at-a-time    {rate['single']:9.0f} gradients/s   "
+          f"ratio {rate['single'] / rate['plain']:.2f}× (target ≥ 0.9×)")
+    print(f"replay batched (vmap)   {rate['batched']:9.0f} gradients/s   "
+          f"ratio {rate['batched'] / rate['plain']:.2f}× (target ≥ 3×)")
+
+
+if __name__ == "__main__":
+    main()

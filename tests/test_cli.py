@@ -1,0 +1,90 @@
+"""`ddlsim simulate` end to end: files, columns, the terminal table, parallel sweeps."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from ddlsim.scenarios.cli import main
+from ddlsim.simulator import trace as T
+
+SCENARIO = """
+name = "cli-test"
+[workload]
+epochs = 2
+[cluster]
+learners = 4
+minibatch = 8
+[protocol]
+name = "softsync"
+[sweep]
+"protocol.name" = ["hardsync", "async"]
+"cluster.minibatch" = [4, 8]
+"""
+
+DESIGN_SUMMARY = ["run_id", "protocol", "learners", "minibatch", "softsync_n", "gradients", "updates",
+                  "sim_time_s", "gradients_per_s", "staleness_mean", "staleness_p50", "staleness_p99",
+                  "staleness_max", "server_utilization", "server_wait_mean_s"]
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_simulate_writes_summary_traces_and_table(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                  jobs: str) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "out"
+    assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--jobs", jobs]) == 0
+    rows = read_csv(out / "summary.csv")
+    assert len(rows) == 4
+    assert list(rows[0])[:5] == DESIGN_SUMMARY[:5]
+    assert set(DESIGN_SUMMARY) <= set(rows[0])
+    assert [(r["protocol"], r["minibatch"]) for r in rows] == [
+        ("hardsync", "4"), ("hardsync", "8"), ("async", "4"), ("async", "8")]
+    for r in rows:
+        tr = T.read(out / "runs" / r["run_id"] / "trace.ddlt")
+        assert tr.header["run_id"] == r["run_id"]
+        assert int(r["gradients"]) == int((tr.ops["kind"] == T.GRAD).sum())
+        assert (out / "runs" / r["run_id"] / "staleness.csv").exists()
+    assert rows[0]["staleness_max"] == "0.0" and rows[2]["softsync_n"] == "4"
+    text = capsys.readouterr().out
+    assert "σ mean" in text and rows[3]["run_id"] in text and "summary.csv" in text
+
+
+def test_same_scenario_same_summary_numbers(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    for d in ("a", "b"):
+        assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / d), "--quiet"]) == 0
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
+    assert strip(read_csv(tmp_path / "a/summary.csv")) == strip(read_csv(tmp_path / "b/summary.csv"))
+    for r in read_csv(tmp_path / "a/summary.csv"):
+        rel = Path("runs") / r["run_id"] / "trace.ddlt"
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+def test_trace_command_reads_and_refuses(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--quiet"])
+    trace = next((tmp_path / "o" / "runs").glob("*/trace.ddlt"))
+    assert main(["trace", str(trace)]) == 0
+    assert "grad=" in capsys.readouterr().out
+    trace.write_bytes(trace.read_bytes()[:100])
+    assert main(["trace", str(trace)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "truncated" in err[0]
+
+
+def test_bundled_scenarios_are_listed_and_valid(capsys: pytest.CaptureFixture) -> None:
+    from ddlsim.scenarios.cli import CATALOGUE
+    from ddlsim.scenarios.load import load
+
+    assert main(["scenarios"]) == 0
+    listing = capsys.readouterr().out
+    for f in CATALOGUE.glob("*.toml"):
+        assert f.stem in listing
+        assert load(f).points()
