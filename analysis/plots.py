@@ -187,7 +187,8 @@ def _heat_panel(ax: Axes, rows: list[Row], value: str, colors: Any, norm: Normal
                       aspect="auto")
     for (i, j), rs in cells.items():
         v = grid[i, j]
-        text = fmt_value(value, v) + ("\ndiverged" if any(r.get("diverged") is True for r in rs) else "")
+        text = ("failed" if all(r.get("error") for r in rs) else fmt_value(value, v)
+                + ("\ndiverged" if any(r.get("diverged") is True for r in rs) else ""))
         ink = text_color(colors(norm(v))) if math.isfinite(v) else "0.35"
         ax.text(j, i, text, ha="center", va="center", fontsize=8, color=ink)
     ax.set_xticks(range(len(lams)), [f"{v:g}" for v in lams])

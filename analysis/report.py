@@ -83,6 +83,9 @@ def _meta(results: Results) -> str:
     diverged = sum(1 for v in s.column("diverged") if v is True)
     if diverged:
         parts.append(f"{diverged} diverged")
+    failed = sum(1 for v in s.column("error") if v)
+    if failed:
+        parts.append(f"{failed} failed (see the error column)")
     if results.target_error is not None:
         parts.append(f"target error {100 * results.target_error:g}%")
     parts.append(f"results directory: {results.root.resolve().name}")

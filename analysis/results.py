@@ -5,11 +5,13 @@ Layout read (every part optional, but at least one of the two CSVs must exist)::
     results_dir/summary.csv             one row per run
     results_dir/curves.csv              one row per run and evaluation
     results_dir/runs/<run_id>/staleness.csv   columns staleness,count
-    results_dir/scenario.toml (or *.toml)     its top-level ``name`` names the report
+    results_dir/scenario.json               written by the sweep runner: ``name``, ``path``
+    results_dir/scenario.toml (or *.toml)   a copy of the scenario, when there is no JSON
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 import warnings
@@ -74,16 +76,28 @@ def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = 
     return Table(rows)
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
 def _scenario_file(root: Path) -> dict[str, Any]:
-    candidates = [root / "scenario.toml"] + sorted(p for p in root.glob("*.toml")
-                                                   if p.name != "scenario.toml")
-    for p in candidates:
-        if p.is_file():
-            try:
-                with open(p, "rb") as f:
-                    return tomllib.load(f)
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
+    """The scenario as far as the results directory records it: the runner's
+    ``scenario.json`` (its ``name``, and the scenario file it names, if still readable),
+    else a ``scenario.toml`` or other ``*.toml`` copy."""
+    try:
+        info = json.loads((root / "scenario.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict):
+        source = _read_toml(Path(info["path"])) if isinstance(info.get("path"), str) else {}
+        return {**source, **{k: v for k, v in info.items() if k != "path"}}
+    for p in [root / "scenario.toml"] + sorted(root.glob("*.toml")):
+        if p.is_file() and (data := _read_toml(p)):
+            return data
     return {}
 
 
@@ -100,11 +114,13 @@ def scenario_name(root: Path, summary: Table, scenario: dict[str, Any] | None = 
 
 
 def _target_error(summary: Table, scenario: dict[str, Any]) -> float | None:
+    """The target error when all runs share one: a summary column, else the scenario's."""
     for col in TARGET_COLUMNS:
         values = {v for v in summary.column(col) if is_number(v)}
         if len(values) == 1:
             return float(values.pop())
-    value = (scenario.get("workload") or {}).get("target_error")
+    workload = scenario.get("workload")
+    value = workload.get("target_error") if isinstance(workload, dict) else scenario.get("target_error")
     return float(value) if is_number(value) else None
 
 

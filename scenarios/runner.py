@@ -3,7 +3,8 @@
 Rules kept here:
 
 * one point = one directory ``runs/<run_id>/`` holding ``trace.ddlt``, ``staleness.csv``
-  and, written last and atomically, ``result.json`` (the summary row and the curves);
+  (written by the worker) and, written last and atomically by the coordinator,
+  ``result.json`` (the summary row and the curves);
   a point whose ``result.json`` exists with the same point hash is complete, so a sweep
   killed at any moment resumes (``resume=True``) without losing or duplicating a run;
 * ``summary.csv`` and ``curves.csv`` are rewritten atomically from the results after
@@ -102,9 +103,13 @@ def run_task(task: Task) -> dict[str, Any]:
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
         row["_traceback"] = traceback.format_exc()
     row["wall_s"] = time.perf_counter() - t0
-    record = {"hash": point_hash(point), "row": row, "curves": curves}
-    atomic_write_bytes(run_dir / RESULT, json.dumps(record, default=_json_default).encode())
-    return record
+    return {"hash": point_hash(point), "row": row, "curves": curves}
+
+
+def store_result(out_dir: Path, record: dict[str, Any]) -> None:
+    """Mark a point complete: its ``result.json``, written atomically and last."""
+    path = out_dir / "runs" / record["row"]["run_id"] / RESULT
+    atomic_write_bytes(path, json.dumps(record, default=_json_default).encode())
 
 
 def _json_default(o: Any) -> Any:
@@ -176,7 +181,7 @@ def make_executor(kind: str, jobs: int, scheduler: str | None = None) -> Executo
     if kind == "dask":
         from .dask_executor import dask_executor
 
-        return dask_executor(scheduler)
+        return dask_executor(scheduler, jobs)
     import multiprocessing
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -212,6 +217,7 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = 
 
     def finish(idx: int, record: dict[str, Any]) -> None:
         nonlocal failed
+        store_result(out, record)
         records[idx] = record
         failed += record["row"].get("error") is not None
         write_tables(out, [r for r in records if r is not None])
