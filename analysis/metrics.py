@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .table import Row, config_key, is_number, label, labels, mean, sort_key, varying_keys
+from .table import (Row, config_key, is_number, label, labels, mean, sort_key, swept_keys,
+                    varying_keys)
 
 CONFIG_ORDER = ("protocol", "softsync_n", "learners", "minibatch")
 EPOCH_COLUMNS = ("workload.epochs", "epochs")
 
 
 def config_sorted(rows: Iterable[Row]) -> list[Row]:
-    """Rows ordered by protocol, n, λ, μ (numbers numerically, ``None`` last)."""
-    return sorted(rows, key=lambda r: tuple(sort_key(r.get(k)) for k in CONFIG_ORDER))
+    """Rows ordered by protocol, n, λ, μ, then the swept keys (numbers numerically,
+    ``None`` last)."""
+    return sorted(rows, key=lambda r: tuple(sort_key(r.get(k)) for k in CONFIG_ORDER)
+                  + tuple(sort_key(r.get(k)) for k in sorted(swept_keys(r))))
 
 
 def pareto_front(rows: Iterable[Mapping[str, Any]], x: str = "sim_time_s",

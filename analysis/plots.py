@@ -254,12 +254,15 @@ def _staleness_panel(ax: Axes, hist: dict[float, float], head: Row) -> None:
     ax.bar(sigma, freq, width=width, color="tab:blue", alpha=0.8)
     ax.axvline(avg, color="tab:red", linewidth=1.5, label=f"mean ⟨σ⟩ = {avg:.3g}")
     n = head.get("softsync_n")
+    marks = [float(sigma.min()), float(sigma.max())]
     if head.get("protocol") == "softsync" and is_number(n):
         ax.axvline(n, color="0.2", linestyle="--", linewidth=1, label=f"n = {n:g}")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        marks.append(n)
+    ax.set_xlim(min(marks) - 0.75, max(marks) + 0.75)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("staleness σ (updates)")
     ax.set_ylabel("frequency")
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(fontsize=7, framealpha=0.85)
     ax.grid(axis="y", alpha=0.3)
 
 

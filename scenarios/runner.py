@@ -201,6 +201,7 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = 
     points = scenario.points()
     atomic_write_bytes(out / "scenario.json", json.dumps(
         {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
+         "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
          "points": [p["_id"] for p in points]}, indent=1).encode())
     records: list[dict[str, Any] | None] = [None] * len(points)
     todo = []

@@ -116,8 +116,6 @@ def period(topology: str, n: int, peers: int = 1) -> int:
     if n % 2 == 0:
         book = len(_bipartite_book(n))
         return book // _gcd(book, peers)
-    if n == 1:
-        return 1
     book = len(_bipartite_book(n - 1))
     inner = book // _gcd(book, peers)
     return n * inner // _gcd(n, inner)

@@ -301,3 +301,35 @@ def test_load_results(tmp_path):
     assert st.column("count") == [2, 5, 9, 4, 1] and set(st.column("softsync_n")) == {2}
     with pytest.raises(FileNotFoundError, match="summary.csv"):
         load_results(tmp_path / "nothing")
+
+
+def test_load_results_reads_the_runners_scenario_json(tmp_path):
+    root = make_results(tmp_path / "res", with_staleness=False)
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('name = "from-toml"\n[workload]\ntarget_error = 0.07\n')
+    (root / "scenario.json").write_text(f'{{"name": "sweep", "path": "{toml}", "axes": []}}')
+    res = load_results(root)
+    assert res.name == "sweep" and res.target_error == 0.07 and len(res.staleness) == 0
+    (root / "scenario.json").write_text('{"name": "sweep", "path": "/nonexistent.toml"}')
+    assert load_results(root).target_error is None
+
+
+def test_a_failing_figure_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    from ddlsim.analysis import figures
+
+    def broken(results):
+        raise RuntimeError("boom")
+
+    spec = figures.FigureSpec("broken", "Broken", "never drawn", broken)
+    monkeypatch.setattr(figures, "FIGURES", (spec, figures.FIGURES[-1]))
+    root = make_results(tmp_path / "res")
+    with pytest.warns(UserWarning, match="'broken' skipped: RuntimeError: boom"):
+        paths = figures.write_figures(root, formats=("png",))
+    assert [p.name for p in paths] == ["simulated_vs_measured.png"]
+
+
+def test_heatmap_marks_failed_runs():
+    rows = [run("a", "hardsync", 1, 4, final_test_error=0.2),
+            run("b", "hardsync", 2, 4, final_test_error=None, error="RuntimeError: x")]
+    texts = sorted(t.get_text() for t in plots.heatmap(Table(rows)).axes[0].texts)
+    assert texts == ["20.0%", "failed"]

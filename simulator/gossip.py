@@ -1,0 +1,520 @@
+"""The decentralized family on SimPy: AllReduce-SGD, D-PSGD, AD-PSGD and Stochastic Gradient Push.
+
+``N`` nodes each hold a state ``(x_i, w_i)`` (trace versions 0, 1, …) and run
+``K = ⌈epochs · samples_per_epoch / (N μ)⌉`` iterations of: compute a gradient on
+their own minibatch, step, communicate. Three concerns are kept apart:
+
+* **who talks to whom** — :mod:`.topology` (graphs per iteration);
+* **with what weights** — :mod:`.mixing` (PushSum shares, symmetric averaging weights);
+* **how bytes move** — :class:`Transport` here (each node's NIC out and NIC in are FIFO
+  links; a message of ``B`` bytes holds the sender's NIC out for ``B/bandwidth``, starts
+  arriving ``latency_s`` after it started leaving and holds the receiver's NIC in for
+  ``B/bandwidth``: uncontended it is delivered ``latency_s + B/bandwidth`` after it is sent;
+  several messages through one NIC queue up, which is where contention comes from).
+
+Protocols and their trace encoding (docs/decentralized.md has the full write-up):
+
+* ``allreduce`` (AR-SGD): every node computes a gradient on its own state (all equal);
+  when the last one is done (a straggler delays everyone) a ring all-reduce costs
+  ``2(N−1)·latency + 2(N−1)/N · M/bandwidth`` (``M`` = message bytes), charged to every
+  node's NICs. Trace: the ``N`` grads; one apply on node 0 with all ``N`` gradients at
+  weight ``1/N`` (a gradient may be applied only once, so node 0 stands for everyone);
+  then on every other node a mix ``x_i ← 0·x_i + 1·x_0`` copying node 0's new version.
+  Data layout ``global_slice``: a replay equals SGD with minibatch ``Nμ``.
+* ``dpsgd`` (Lian et al. 2017): ``x_i ← Σ_j W_ij x_j − γ g_i(x_i)``. At the start of an
+  iteration a node sends its state to its neighbours (:func:`.topology.symmetric_neighbors`)
+  while it computes (the paper's steps 1 and 2 run in parallel); when it has its gradient
+  and its neighbours' states of this iteration it mixes and steps. Trace: grad on
+  ``(i, v)``; one mix per neighbour ``j`` (ascending) reading ``j``'s version at its send
+  (first ``self_coef = W_ii, coef = W_ij``, then ``self_coef = 1``); apply (σ = 0).
+* ``adpsgd`` (Lian et al. 2018): odd nodes are active, even passive; every node computes
+  without waiting for anyone. An active node, when it starts iteration ``k`` on version
+  ``v``, sends its state to a random passive neighbour (:func:`.topology.adpsgd_candidates`,
+  seeded); the passive node, on arrival, averages ``x_j ← ½x_j + ½x_i(v)`` and returns
+  its pre-average state ``u``; on arrival the active node averages ``x_i ← ½x_i + ½x_j(u)``
+  (its own state has not changed since ``v``: Σx is conserved exactly), then applies its
+  gradient once it is computed. Passive nodes apply theirs to their latest state.
+  σ = averaging mixes *by other nodes* that landed between the gradient's read and its
+  apply (0 for active nodes).
+* ``sgp`` (Assran et al. 2019, Alg. 1; ``overlap`` τ as their overlap SGP): iteration
+  ``k`` of node ``i`` on version ``v``: grad on ``(i, v)`` at ``x/w``; apply (→ ``v+1``,
+  σ = 0); send ``(x, w)/(d+1)`` of version ``v+1`` to its ``d`` out-peers (non-blocking);
+  keep one share: mix ``(src = i, src_version = v+1, coef = 0, self_coef = 1/(d+1))``;
+  then mix every received message of iteration ≤ k (``self_coef = 1``,
+  ``coef = 1/(d_sender+1)``, ``src_version`` = the sender's version right after its
+  apply, i.e. at send time). The node may start iteration ``k+1`` only when every
+  message of iterations ≤ ``k − τ`` has arrived (τ = 0: a blocking receive of this
+  iteration's messages, exactly Alg. 1); while blocked, and after its last iteration, it
+  mixes messages as they arrive. So a message is mixed 0..τ iterations after it was sent.
+
+Evals (node −1 = the average of the nodes' latest de-biased states, version −1): at
+t = 0, every ``samples_per_epoch / evals_per_epoch`` samples applied, and at the end.
+
+Engine: no process or Resource per event; every state change is one :class:`.events.Wake`
+on the SimPy heap (a compute finishing, a message entering a NIC in, a message
+delivered; AllReduce has one event per round).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+from simpy.core import NORMAL
+
+from . import mixing, topology
+from .compute import learner_clocks
+from .dataorder import global_slice_start, shard_start
+from .events import Wake
+from .resources import FifoServer
+from .run import header_for
+from .trace import EVAL, Trace, TraceBuilder
+
+CLOCK_SEED_TAG = 1  # the same compute draws and stragglers as the parameter-server engine
+PEER_SEED_TAG = 11  # AD-PSGD's random neighbour choices
+
+
+class Transport:
+    """How bytes move: per-node FIFO NIC out and NIC in, latency and bandwidth.
+
+    ``send`` reserves the sender's NIC out now; the message enters the receiver's NIC in
+    ``latency`` after it started leaving (one event, so that NIC-in reservations are made
+    in time order, as :class:`FifoServer` requires) and is delivered when the NIC in is
+    done with it (a second event calling ``deliver(wake)`` with ``wake.value = payload``).
+    With infinite bandwidth transfers are free and a message takes ``latency`` flat.
+    """
+
+    def __init__(self, env: simpy.Environment, n: int, latency_s: float, bandwidth_Bps: float,
+                 message_bytes: float) -> None:
+        self.env = env
+        self.n = n
+        self.lat = latency_s
+        self.bw = bandwidth_Bps
+        self.message_bytes = message_bytes
+        self.tx = 0.0 if math.isinf(bandwidth_Bps) else message_bytes / bandwidth_Bps
+        self.nic_out = [FifoServer(f"node{i}.out") for i in range(n)]
+        self.nic_in = [FifoServer(f"node{i}.in") for i in range(n)]
+        self.bytes_sent = 0.0
+        self.messages = 0
+        self._schedule = env.schedule
+
+    def send(self, src: int, dst: int, deliver: Callable[[Wake], None], payload: Any) -> None:
+        """Send one message of ``message_bytes`` from ``src`` to ``dst`` now."""
+        env = self.env
+        now = env._now
+        self.bytes_sent += self.message_bytes
+        self.messages += 1
+        tx = self.tx
+        if tx == 0.0:
+            self._schedule(Wake(deliver, payload), NORMAL, self.lat)
+            return
+        leave_start = self.nic_out[src].reserve(now, tx) - tx
+        delay = leave_start + self.lat - now
+        self._schedule(Wake(self._enter, (dst, deliver, payload)), NORMAL, delay if delay > 0 else 0.0)
+
+    def _enter(self, ev: Wake) -> None:
+        dst, deliver, payload = ev._value
+        now = self.env._now
+        delay = self.nic_in[dst].reserve(now, self.tx) - now
+        self._schedule(Wake(deliver, payload), NORMAL, delay if delay > 0 else 0.0)
+
+    def ring_allreduce(self, start: float) -> float:
+        """A ring all-reduce of ``message_bytes`` by all nodes, starting at ``start``: its end.
+
+        ``2(N−1)`` steps, each moving ``M/N`` bytes out of and into every node: every NIC
+        is busy ``2(N−1)/N · M/bandwidth`` and the steps add ``2(N−1)·latency``.
+        """
+        n = self.n
+        if n == 1:
+            return start
+        busy = 2.0 * (n - 1) / n * self.tx
+        self.bytes_sent += 2.0 * (n - 1) * self.message_bytes  # n nodes × 2(n−1)/n · M
+        self.messages += 2 * (n - 1) * n
+        end = start
+        for out, inn in zip(self.nic_out, self.nic_in):
+            e = max(out.reserve(start, busy), inn.reserve(start, busy))
+            if e > end:
+                end = e
+        return end + 2 * (n - 1) * self.lat
+
+    def utilization(self, horizon_s: float) -> tuple[float, float]:
+        """Mean utilisation of the NICs in and out over ``[0, horizon_s]``."""
+        return (float(np.mean([q.utilization(horizon_s) for q in self.nic_in])),
+                float(np.mean([q.utilization(horizon_s) for q in self.nic_out])))
+
+
+class GossipRun:
+    """What every decentralized engine shares: sizes, clocks, the trace, evals and figures."""
+
+    layout = "shard"
+
+    def __init__(self, point: dict[str, Any]) -> None:
+        self.point = point
+        cl, proto, wl, net = point["cluster"], point["protocol"], point["workload"], point["cluster"]["network"]
+        self.n = n = cl["learners"]
+        self.mu = mu = cl["minibatch"]
+        self.spe = wl["samples_per_epoch"]
+        self.K = max(1, math.ceil(wl["epochs"] * self.spe / (n * mu)))
+        self.topology = proto["topology"]
+        self.peers = proto["peers"]
+        self.overlap = proto["overlap"]
+        self.env = simpy.Environment()
+        self._schedule = self.env.schedule
+        self.net = Transport(self.env, n, net["latency_s"], net["bandwidth_Bps"],
+                             wl["param_count"] * net["bytes_per_param"])
+        self.clocks = learner_clocks(point, n, CLOCK_SEED_TAG)
+        self.tb = TraceBuilder()
+        self.version = [0] * n
+        self.samples = 0
+        self.eval_every = self.spe / wl["evals_per_epoch"]
+        self.next_eval = self.eval_every
+        self.total_samples = self.K * n * mu  # the eval at that point is the final one, after all mixes
+        self.compute_s = 0.0
+        self.blocked_s = 0.0
+        self.grads = 0
+        self.applies = 0
+        self.delay_sum = 0
+        self.delay_count = 0
+
+    # -- helpers shared by the engines ---------------------------------------------------
+    def _later(self, t: float, cb: Callable[[Wake], None], value: Any) -> None:
+        delay = t - self.env._now
+        self._schedule(Wake(cb, value), NORMAL, delay if delay > 0 else 0.0)
+
+    def _compute(self, i: int, t: float) -> float:
+        """Node ``i`` starts a minibatch at ``t``: when it finishes."""
+        clock = self.clocks[i]
+        work = clock.draws.next()
+        self.compute_s += work
+        return clock.finish(t, work)
+
+    def _grad(self, i: int, k: int, v: int, t0: float, t1: float) -> int:
+        self.grads += 1
+        start = shard_start(k, i, self.n, self.mu, self.spe)
+        return self.tb.grad(i, i, v, start, self.mu, k, t0, t1, self.samples / self.spe)
+
+    def _apply(self, i: int, gop: int, staleness: int, t: float) -> None:
+        self.samples += self.mu
+        self.applies += 1
+        self.tb.apply(i, self.version[i], (gop,), (1.0,), (staleness,), t, self.samples / self.spe)
+        self.version[i] += 1
+        self._maybe_eval(t)
+
+    def _mix(self, i: int, src: int, src_version: int, coef: float, self_coef: float,
+             t0: float, t1: float) -> None:
+        self.tb.mix(i, self.version[i], src, src_version, coef, self_coef, t0, t1, self.samples / self.spe)
+        self.version[i] += 1
+
+    def _maybe_eval(self, t: float) -> None:
+        if self.samples >= self.next_eval - 1e-9 and self.samples < self.total_samples:
+            self.tb.eval(-1, -1, t, self.samples / self.spe)
+            while self.next_eval <= self.samples + 1e-9:
+                self.next_eval += self.eval_every
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> TraceBuilder:
+        """Simulate to the end; the trace starts and ends with an eval of the nodes' average."""
+        self.tb.eval(-1, -1, 0.0, 0.0)
+        self.start()
+        self.env.run()
+        self.end_time = self.env.now
+        if self.tb.kinds[-1] != EVAL:
+            self.tb.eval(-1, -1, self.end_time, self.samples / self.spe)
+        return self.tb
+
+    def stats(self) -> dict[str, Any]:
+        """Runtime and communication figures of the finished run."""
+        T, n, K = self.end_time, self.n, self.K
+        link_in, link_out = self.net.utilization(T)
+        return {
+            "gradients": self.grads,
+            "updates": self.applies,
+            "iterations": K,
+            "sim_time_s": T,
+            "iteration_time_s": T / K,
+            "gradients_per_s": self.grads / T if T > 0 else math.inf,
+            "server_utilization": 0.0,          # no server in the decentralized family
+            "server_wait_mean_s": math.nan,
+            "link_in_utilization": link_in,
+            "link_out_utilization": link_out,
+            "compute_utilization": self.compute_s / (n * T) if T > 0 else 0.0,
+            "bytes_sent_per_node_per_iter": self.net.bytes_sent / (n * K),
+            "messages": self.net.messages,
+            "blocked_mean_s": self.blocked_s / (n * K),
+            "message_delay_mean_iters": self.delay_sum / self.delay_count if self.delay_count else 0.0,
+        }
+
+
+class AllReduceRun(GossipRun):
+    """AR-SGD: compute, barrier, ring all-reduce, everyone applies the mean (one event per round)."""
+
+    layout = "global_slice"
+
+    def start(self) -> None:
+        self._round(0, 0.0)
+
+    def _round(self, k: int, t: float) -> None:
+        ready = [self._compute(i, t) for i in range(self.n)]
+        end = self.net.ring_allreduce(max(ready))
+        self.blocked_s += sum(end - r for r in ready)
+        self._later(end, self._done, (k, t, ready))
+
+    def _done(self, ev: Wake) -> None:
+        k, t0, ready = ev._value
+        now = self.env._now
+        n, mu, tb, epoch = self.n, self.mu, self.tb, self.samples / self.spe
+        gops = [tb.grad(i, i, k, global_slice_start(k, i, n, mu), mu, k, t0, ready[i], epoch) for i in range(n)]
+        self.grads += n
+        self.samples += n * mu
+        self.applies += 1
+        epoch = self.samples / self.spe
+        tb.apply(0, k, gops, [1.0 / n] * n, [0] * n, now, epoch)
+        for i in range(1, n):
+            tb.mix(i, k, 0, k + 1, 1.0, 0.0, now, now, epoch)
+        for i in range(n):
+            self.version[i] = k + 1
+        self._maybe_eval(now)
+        if k + 1 < self.K:
+            self._round(k + 1, now)
+
+
+class DPSGDRun(GossipRun):
+    """D-PSGD: send state to the neighbours while computing; mix with theirs, then step."""
+
+    def start(self) -> None:
+        n, topo, peers = self.n, self.topology, self.peers
+        self.phases = topology.period(topology.symmetric_topology(topo), n, peers)
+        self.weights = [[mixing.symmetric_weights(topo, i, ph, n, peers) for i in range(n)]
+                        for ph in range(self.phases)]
+        self.iter = [0] * n
+        self.t_start = [0.0] * n
+        self.t_ready = [0.0] * n
+        self.computed = [False] * n
+        self.gop = [-1] * n
+        self.inbox: list[dict[int, dict[int, tuple[int, float]]]] = [{} for _ in range(n)]
+        for i in range(n):
+            self._begin(i, 0.0)
+
+    def _begin(self, i: int, t: float) -> None:
+        k = self.iter[i]
+        v = self.version[i]
+        self.t_start[i] = t
+        self.computed[i] = False
+        send = self.net.send
+        for j, _ in self.weights[k % self.phases][i][1]:
+            send(i, j, self._arrive, (j, k, i, v, t))
+        self._later(self._compute(i, t), self._computed, (i, k, v))
+
+    def _computed(self, ev: Wake) -> None:
+        i, k, v = ev._value
+        now = self.env._now
+        self.gop[i] = self._grad(i, k, v, self.t_start[i], now)
+        self.computed[i] = True
+        self.t_ready[i] = now
+        self._try_finish(i, now)
+
+    def _arrive(self, ev: Wake) -> None:
+        j, k, src, v, t_sent = ev._value
+        self.inbox[j].setdefault(k, {})[src] = (v, t_sent)
+        if self.iter[j] == k and self.computed[j]:
+            self._try_finish(j, self.env._now)
+
+    def _try_finish(self, i: int, now: float) -> None:
+        k = self.iter[i]
+        self_w, pairs = self.weights[k % self.phases][i]
+        got = self.inbox[i].get(k, {})
+        if len(got) < len(pairs):
+            return
+        self.inbox[i].pop(k, None)
+        first = True
+        for j, wij in pairs:
+            v, t_sent = got[j]
+            self._mix(i, j, v, wij, self_w if first else 1.0, t_sent, now)
+            first = False
+        self._apply(i, self.gop[i], 0, now)
+        self.blocked_s += now - self.t_ready[i]
+        self.iter[i] = k + 1
+        if k + 1 < self.K:
+            self._begin(i, now)
+
+
+class ADPSGDRun(GossipRun):
+    """AD-PSGD: compute freely; active nodes average pairwise with passive ones meanwhile."""
+
+    def start(self) -> None:
+        n = self.n
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.point["seed"]), PEER_SEED_TAG]))
+        self.cands = [topology.adpsgd_candidates(self.topology, i, n, self.peers) for i in range(n)]
+        self.picks = [rng.integers(0, max(1, len(c)), size=self.K).tolist() for c in self.cands]
+        self.iter = [0] * n
+        self.t_start = [0.0] * n
+        self.t_ready = [0.0] * n
+        self.read = [0] * n
+        self.gop = [-1] * n
+        self.computed = [False] * n
+        self.averaged = [False] * n
+        for i in range(n):
+            self._begin(i, 0.0)
+
+    def _begin(self, i: int, t: float) -> None:
+        k, v = self.iter[i], self.version[i]
+        self.t_start[i], self.read[i] = t, v
+        self.computed[i] = False
+        cands = self.cands[i]
+        if cands:
+            self.averaged[i] = False
+            j = cands[self.picks[i][k]]
+            self.net.send(i, j, self._request, (j, i, v, t))
+        else:
+            self.averaged[i] = True
+        self._later(self._compute(i, t), self._computed, (i, k, v))
+
+    def _request(self, ev: Wake) -> None:
+        j, i, v, t_sent = ev._value
+        now = self.env._now
+        u = self.version[j]
+        self._mix(j, i, v, 0.5, 0.5, t_sent, now)
+        self.net.send(j, i, self._reply, (i, j, u, now))
+
+    def _reply(self, ev: Wake) -> None:
+        i, j, u, t_sent = ev._value
+        now = self.env._now
+        self._mix(i, j, u, 0.5, 0.5, t_sent, now)
+        self.averaged[i] = True
+        if self.computed[i]:
+            self.blocked_s += now - self.t_ready[i]
+            self._finish(i, now)
+
+    def _computed(self, ev: Wake) -> None:
+        i, k, v = ev._value
+        now = self.env._now
+        self.gop[i] = self._grad(i, k, v, self.t_start[i], now)
+        self.computed[i] = True
+        self.t_ready[i] = now
+        if self.averaged[i]:
+            self._finish(i, now)
+
+    def _finish(self, i: int, now: float) -> None:
+        own = 1 if self.cands[i] else 0  # an active node's own averaging is part of the step
+        self._apply(i, self.gop[i], self.version[i] - self.read[i] - own, now)
+        k = self.iter[i] = self.iter[i] + 1
+        if k < self.K:
+            self._begin(i, now)
+
+
+class SGPRun(GossipRun):
+    """Stochastic Gradient Push with overlap τ (τ = 0: synchronous, blocking receive)."""
+
+    def start(self) -> None:
+        n = self.n
+        self.tau = self.overlap
+        phases = topology.period(self.topology, n, self.peers)
+        tables = [topology.peer_table(self.topology, ph, n, self.peers) for ph in range(phases)]
+        self.phases = phases
+        self.outs = [t[0] for t in tables]
+        self.indeg = [[len(ins) for ins in t[1]] for t in tables]
+        self.iter = [0] * n
+        self.t_start = [0.0] * n
+        self.held: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(n)]
+        self.arrived: list[dict[int, int]] = [{} for _ in range(n)]
+        self.complete = [-1] * n     # every message of iterations ≤ this has arrived
+        self.blocked_at = [-1] * n   # boundary iteration the node waits at, or −1
+        self.block_start = [0.0] * n
+        self.done = [False] * n
+        for i in range(n):
+            self._begin(i, 0.0)
+
+    def _begin(self, i: int, t: float) -> None:
+        self.t_start[i] = t
+        self._later(self._compute(i, t), self._computed, (i, self.iter[i], self.version[i]))
+
+    def _computed(self, ev: Wake) -> None:
+        i, k, v = ev._value
+        now = self.env._now
+        gop = self._grad(i, k, v, self.t_start[i], now)
+        self._apply(i, gop, 0, now)
+        sent = v + 1
+        outs = self.outs[k % self.phases][i]
+        coef = mixing.share(len(outs))
+        send, arrive = self.net.send, self._arrive
+        for j in outs:
+            send(i, j, arrive, (j, k, i, sent, coef, now))
+        self._mix(i, i, sent, 0.0, coef, now, now)  # keep one share
+        # the boundary of iteration k: mix what arrived, then go on or wait
+        held = self.held[i]
+        if held:
+            keep = []
+            for msg in held:
+                if msg[0] <= k:
+                    self._mix_msg(i, msg, k, now)
+                else:
+                    keep.append(msg)
+            self.held[i] = keep
+        if self._advance(i) >= k - self.tau:
+            self._next(i, k, now)
+        else:
+            self.blocked_at[i] = k
+            self.block_start[i] = now
+
+    def _advance(self, j: int) -> int:
+        """Move node ``j``'s "all messages of iterations ≤ c are in" mark as far as it goes."""
+        arrived, c = self.arrived[j], self.complete[j]
+        indeg, phases = self.indeg, self.phases
+        while c + 1 < self.K and arrived.get(c + 1, 0) >= indeg[(c + 1) % phases][j]:
+            arrived.pop(c + 1, None)
+            c += 1
+        self.complete[j] = c
+        return c
+
+    def _mix_msg(self, i: int, msg: tuple[int, int, int, float, float], k_now: int, now: float) -> None:
+        k_msg, src, src_version, coef, t_sent = msg
+        self._mix(i, src, src_version, coef, 1.0, t_sent, now)
+        self.delay_sum += k_now - k_msg
+        self.delay_count += 1
+
+    def _next(self, i: int, k: int, now: float) -> None:
+        if k + 1 < self.K:
+            self.iter[i] = k + 1
+            self._begin(i, now)
+        else:
+            self.done[i] = True
+            self.blocked_at[i] = self.K - 1  # from now on, mix whatever arrives
+
+    def _arrive(self, ev: Wake) -> None:
+        j, k_msg, src, src_version, coef, t_sent = ev._value
+        now = self.env._now
+        arrived = self.arrived[j]
+        arrived[k_msg] = arrived.get(k_msg, 0) + 1
+        c = self._advance(j)
+        kb = self.blocked_at[j]
+        msg = (k_msg, src, src_version, coef, t_sent)
+        if kb >= k_msg:  # waiting at a boundary (or finished): mix on arrival
+            self._mix_msg(j, msg, kb, now)
+            if not self.done[j] and c >= kb - self.tau:
+                self.blocked_at[j] = -1
+                self.blocked_s += now - self.block_start[j]
+                self._next(j, kb, now)
+        else:
+            self.held[j].append(msg)
+
+
+ENGINES: dict[str, type[GossipRun]] = {
+    "allreduce": AllReduceRun,
+    "dpsgd": DPSGDRun,
+    "adpsgd": ADPSGDRun,
+    "sgp": SGPRun,
+}
+
+
+def simulate_gossip(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
+    """Run a decentralized protocol for a validated scenario point: ``(trace, summary)``."""
+    name = point["protocol"]["name"]
+    engine = ENGINES[name](point)
+    builder = engine.run()
+    header = header_for(point, engine.n, engine.layout)
+    header["iterations"] = engine.K
+    return builder.build(header), engine.stats()

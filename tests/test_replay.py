@@ -1,0 +1,373 @@
+"""Tests for backends/replay.py: the trace interpreter against independent references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddlsim.backends.base import BackendResult, RunOptions
+from ddlsim.backends.optim import Optimizer, mean_staleness
+from ddlsim.backends.replay import ReplayBackend, Replayer, summarize
+from ddlsim.backends.workloads import Data, build_model, load_data
+from ddlsim.simulator.catalog import DatasetInfo
+from ddlsim.simulator.dataorder import SampleStream, global_slice_start, shard_start
+from ddlsim.simulator.trace import APPLY, GRAD, Trace, TraceBuilder
+from tests.conftest import make_point
+
+torch.set_num_threads(1)
+N_DIGITS = 1437
+
+
+def header(nodes: int = 1, seed: int = 0, n: int = N_DIGITS) -> dict:
+    return {"nodes": nodes, "data_seed": seed, "samples_per_epoch": n}
+
+
+def hardsync_trace(lam: int, mu: int, rounds: int, seed: int = 0, n: int = N_DIGITS) -> Trace:
+    """λ grads per round on the current version (global slices), one apply of weight 1/λ."""
+    tb = TraceBuilder()
+    tb.eval(0, 0, 0.0, 0.0)
+    for k in range(rounds):
+        gops = [tb.grad(i, 0, k, global_slice_start(k, i, lam, mu), mu, k, k, k + 0.5, k * lam * mu / n)
+                for i in range(lam)]
+        tb.apply(0, k, gops, [1.0 / lam] * lam, [0] * lam, k + 1.0, (k + 1) * lam * mu / n)
+        if k % 5 == 4:
+            tb.eval(0, k + 1, k + 1.0, (k + 1) * lam * mu / n)
+    return tb.build(header(seed=seed, n=n))
+
+
+def async_trace(lam: int, mu: int, grads: int, seed: int = 0, n: int = N_DIGITS, eval_every: int = 0) -> Trace:
+    """Round-robin ASGD: each gradient reads the version its learner last pulled (σ = λ − 1)."""
+    tb = TraceBuilder()
+    tb.eval(0, 0, 0.0, 0.0)
+    read, k, v = [0] * lam, [0] * lam, 0
+    for step in range(grads):
+        i = step % lam
+        g = tb.grad(i, 0, read[i], shard_start(k[i], i, lam, mu, n), mu, k[i], step, step + 1.0, v * mu / n)
+        k[i] += 1
+        tb.apply(0, v, [g], [1.0], [v - read[i]], step + 1.0, (v + 1) * mu / n)
+        v += 1
+        read[i] = v
+        if eval_every and v % eval_every == 0:
+            tb.eval(0, v, step + 1.0, v * mu / n)
+    return tb.build(header(seed=seed, n=n))
+
+
+def digits_point(**sets) -> dict:
+    base = dict(optimizer__lr=0.1, optimizer__momentum=0.9, optimizer__weight_decay=1e-4,
+                workload__target_error=0.5)
+    base.update(sets)
+    return make_point(**base)
+
+
+def replayer(trace: Trace, point: dict, batched: bool, **kw) -> Replayer:
+    opt = Optimizer(point["optimizer"], mean_staleness(trace.inputs["staleness"]))
+    return Replayer(trace, build_model(point), load_data(point), opt, batched=batched, **kw)
+
+
+def final_x(rep: Replayer, node: int = 0) -> torch.Tensor:
+    x, w = rep.final_states()[node]
+    return x / w
+
+
+# (a) ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("batched", [False, True])
+def test_hardsync_equals_single_learner_sgd(batched):
+    # truth: DESIGN.md — hardsync(λ, μ) reproduces one learner with minibatch λμ on the same
+    # data order; the reference is a plain torch.optim.SGD loop (lr halves from epoch 0.3 on)
+    lam, mu, rounds = 4, 8, 30
+    point = digits_point(optimizer__milestones=[[0.3, 0.5]])
+    trace = hardsync_trace(lam, mu, rounds)
+    rep = replayer(trace, point, batched)
+    rep.run()
+
+    model, data = build_model(point), load_data(point)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    stream = SampleStream(0, N_DIGITS)
+    for k in range(rounds):
+        idx = torch.from_numpy(stream.indices(k * lam * mu, lam * mu))
+        for group in sgd.param_groups:
+            group["lr"] = 0.1 if (k + 1) * lam * mu / N_DIGITS < 0.3 else 0.05
+        sgd.zero_grad()
+        F.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
+        sgd.step()
+    ref = nn.utils.parameters_to_vector(model.parameters()).detach()
+    assert not rep.diverged and rep.updates == rounds
+    assert torch.allclose(final_x(rep), ref, atol=1e-5, rtol=0)
+    init = nn.utils.parameters_to_vector(build_model(point).parameters()).detach()
+    assert (final_x(rep) - init).abs().max() > 1e-3  # the weights did move
+    if batched:
+        assert len(rep.plan.batches) == rounds  # one vmap call per round
+
+
+# (b) ------------------------------------------------------------------------------------
+def _linear_setup():
+    rng = np.random.default_rng(11)
+    xs = rng.standard_normal((8, 3)).astype(np.float32)
+    ys = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+    data = Data(torch.from_numpy(xs), torch.from_numpy(ys), torch.from_numpy(xs[:4]),
+                torch.from_numpy(ys[:4]), DatasetInfo("toy", 8, 4, (3,), 2))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3, 2))
+    W0 = rng.standard_normal((2, 3)) * 0.5
+    b0 = rng.standard_normal(2) * 0.1
+    with torch.no_grad():
+        model[1].weight.copy_(torch.from_numpy(W0))
+        model[1].bias.copy_(torch.from_numpy(b0))
+    return xs.astype(np.float64), ys, data, model, np.concatenate([W0.ravel(), b0])
+
+
+def _ce_grad(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Closed form: softmax cross-entropy of a linear model, mean over the minibatch."""
+    W, b = theta[:6].reshape(2, 3), theta[6:]
+    z = x @ W.T + b
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    loss = float(-np.mean(np.log(p[np.arange(len(y)), y])))
+    d = (p - np.eye(2)[y]) / len(y)
+    return np.concatenate([(d.T @ x).ravel(), d.sum(0)]), loss
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_stale_gradients_per_gradient_policy_linear(batched):
+    # truth: hand-derived by numpy (closed-form softmax-CE gradient), α_i = α0/σ_i, plain SGD
+    xs, ys, data, model, theta0 = _linear_setup()
+    tb = TraceBuilder()
+    A = tb.grad(0, 0, 0, 0, 2, 0, 0, 1, 0)          # learner 0 on v0
+    B = tb.grad(1, 0, 0, 2, 2, 0, 0, 1, 0)          # learner 1 on v0
+    tb.apply(0, 0, [A], [1.0], [0], 1, 0.25)        # v1 = v0 − α·gA          (σ = 0)
+    C = tb.grad(0, 0, 1, 4, 2, 1, 1, 2, 0.25)       # learner 0 on v1
+    tb.apply(0, 1, [B], [1.0], [1], 2, 0.5)         # v2 = v1 − α/1·gB        (σ = 1)
+    tb.eval(0, 2, 2, 0.5)
+    D = tb.grad(1, 0, 2, 6, 2, 1, 2, 3, 0.5)        # learner 1 on v2
+    tb.apply(0, 2, [C], [1.0], [2], 3, 0.75)        # v3 = v2 − α/2·gC        (σ = 2)
+    E = tb.grad(0, 0, 3, 8, 2, 2, 3, 4, 0.75)       # learner 0 on v3 (next epoch)
+    tb.apply(0, 3, [D, E], [0.5, 0.5], [1, 0], 4, 1.25)  # v4 = v3 − α(gD/1 + gE)/2
+    tb.eval(0, 4, 4, 1.25)
+    trace = tb.build(header(seed=5, n=8))
+    cfg = {"name": "sgd", "lr": 0.4, "momentum": 0.0, "weight_decay": 0.0, "lr_policy": "per_gradient"}
+    rep = Replayer(trace, model, data, Optimizer(cfg, mean_staleness(trace.inputs["staleness"])),
+                   batched=batched)
+    curves = rep.run()
+
+    stream = SampleStream(5, 8)
+
+    def grad(theta, start):
+        idx = stream.indices(start, 2)
+        return _ce_grad(theta, xs[idx], ys[idx])
+
+    a = 0.4
+    v0 = theta0
+    gA, lA = grad(v0, 0)
+    gB, lB = grad(v0, 2)
+    v1 = v0 - a * gA
+    gC, lC = grad(v1, 4)
+    v2 = v1 - a / 1 * gB
+    gD, lD = grad(v2, 6)
+    v3 = v2 - a / 2 * gC
+    gE, lE = grad(v3, 8)
+    v4 = v3 - a * (0.5 * gD / 1 + 0.5 * gE)
+    assert np.allclose(final_x(rep).double().numpy(), v4, atol=1e-5)
+    # train_loss = mean minibatch loss of the grads since the previous eval
+    assert curves[0]["train_loss"] == pytest.approx(np.mean([lA, lB, lC]), abs=1e-5)
+    assert curves[1]["train_loss"] == pytest.approx(np.mean([lD, lE]), abs=1e-5)
+    assert [r["updates"] for r in curves] == [2, 4]
+
+
+# (c) ------------------------------------------------------------------------------------
+def test_batched_equals_one_at_a_time():
+    # truth: the one-at-a-time path (plain autograd) for the same trace and point
+    point = digits_point(optimizer__lr_policy="per_gradient", optimizer__name="nesterov")
+    trace = async_trace(6, 4, 150, eval_every=50)
+    one = replayer(trace, point, batched=False)
+    many = replayer(trace, point, batched=True)
+    c1, c2 = one.run(), many.run()
+    assert len(many.plan.batches) < 40  # really batched (150 gradients)
+    assert torch.allclose(final_x(one), final_x(many), atol=1e-5, rtol=0)
+    for r1, r2 in zip(c1, c2):
+        assert r1["test_error"] == pytest.approx(r2["test_error"], abs=1 / 360 + 1e-9)
+        assert r1["train_loss"] == pytest.approx(r2["train_loss"], abs=1e-5, nan_ok=True)
+
+
+# (d) ------------------------------------------------------------------------------------
+def test_same_seed_same_curves():
+    # rule: DESIGN.md — the same seed gives the same accuracy; another init seed differs
+    trace = async_trace(4, 8, 80, eval_every=20)
+    backend = ReplayBackend()
+    opts = RunOptions(device="cpu", batched=True)
+    r1 = backend.run(trace, digits_point(seed=2), opts)
+    r2 = backend.run(trace, digits_point(seed=2), opts)
+    r3 = backend.run(trace, digits_point(seed=3), opts)
+    assert isinstance(r1, BackendResult) and r1.trace is None
+    assert r1.curves == r2.curves and r1.summary == r2.summary
+    assert [r["train_loss"] for r in r1.curves[1:]] != [r["train_loss"] for r in r3.curves[1:]]
+    assert set(r1.curves[0]) == {"epoch", "updates", "sim_time_s", "test_error", "train_loss"}
+    assert set(r1.summary) == {"final_test_error", "best_test_error", "time_to_target_s", "diverged",
+                               "diverged_at_update"}
+
+
+# (e) ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("batched", [False, True])
+def test_divergence_recorded_not_raised(batched):
+    # truth: the brief — a diverging run stops, keeps its curves and reports where
+    point = digits_point(optimizer__lr=1e6, optimizer__momentum=0.9)
+    trace = async_trace(4, 8, 200, eval_every=50)
+    res = ReplayBackend().run(trace, point, RunOptions(device="cpu", batched=batched))
+    s = res.summary
+    assert s["diverged"] is True and isinstance(s["diverged_at_update"], int)
+    assert 0 < s["diverged_at_update"] < 200
+    assert len(res.curves) >= 1 and res.curves[0]["updates"] == 0  # the eval before any update
+    assert s["final_test_error"] == res.curves[-1]["test_error"]
+    assert all(math.isfinite(r["test_error"]) for r in res.curves)
+
+
+def test_divergence_without_measurement_gives_nan():
+    point = digits_point(optimizer__lr=1e6)
+    tb = TraceBuilder()
+    prev = None
+    for v in range(30):
+        g = tb.grad(0, 0, v, v * 8, 8, v, v, v + 1, 0)
+        tb.apply(0, v, [g], [1.0], [0], v + 1, 0)
+        prev = v + 1
+    tb.eval(0, prev, 31, 0)
+    res = ReplayBackend().run(tb.build(header()), point, RunOptions(device="cpu"))
+    assert res.summary["diverged"] and res.curves == []
+    assert math.isnan(res.summary["final_test_error"]) and math.isnan(res.summary["best_test_error"])
+    assert res.summary["time_to_target_s"] is None
+
+
+# (f) ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("batched", [False, True])
+def test_version_lifetime_bounded(batched):
+    # rule: only versions that later ops still read are kept: with λ learners in ASGD the
+    # live versions are the λ last pulled ones (+ the current); 400 versions exist in all
+    lam = 5
+    point = digits_point()
+    rep = replayer(async_trace(lam, 4, 400), point, batched)
+    rep.run()
+    assert rep.updates == 400
+    assert rep.peak_live_states <= lam + 1
+    assert len(rep.states) == 1  # at the end only the final version is left
+    assert rep.peak_live_grads <= (lam if not batched else 2 * lam)
+    assert rep.grads == {}
+
+
+def test_unconsumed_gradients_not_computed():
+    # rule: a gradient no apply consumes (in flight at the end) is never computed
+    point = digits_point()
+    tb = TraceBuilder()
+    g0 = tb.grad(0, 0, 0, 0, 8, 0, 0, 1, 0)
+    tb.grad(1, 0, 0, 8, 8, 0, 0, 1, 0)
+    tb.apply(0, 0, [g0], [1.0], [0], 1, 0)
+    tb.eval(0, 1, 1, 0)
+    rep = replayer(tb.build(header()), point, batched=True)
+    rep.run()
+    assert rep.peak_live_grads == 1 and len(rep.plan.grads) == 1
+
+
+# (g) ------------------------------------------------------------------------------------
+def _line_setup():
+    """Linear(1, 2) on 1000 test points t ∈ [−1, 1], label t > 0: the error locates the
+    decision boundary to 1e-3, so different averaging rules give different errors."""
+    t = torch.linspace(-1, 1, 1000).unsqueeze(1)
+    y = (t[:, 0] > 0).long()
+    data = Data(t, y, t, y, DatasetInfo("line", 1000, 1000, (1,), 2))
+    model = nn.Sequential(nn.Linear(1, 2))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[-1.0], [1.0]]))
+        model[0].bias.copy_(torch.tensor([0.3, -0.3]))
+    return data, model
+
+
+def _line_error(z: torch.Tensor, data: Data) -> float:
+    logits = data.test_x @ z[:2].view(2, 1).T + z[2:]
+    return int((logits.argmax(1) != data.test_y).sum()) / len(data.test_y)
+
+
+def test_mix_and_average_eval_formulas():
+    # truth: trace.py — MIX: x ← self_coef·x + coef·x_src(src_version), w likewise;
+    # EVAL of node −1 = mean over nodes of the latest x/w. Hand case (PushSum shares):
+    data, model = _line_setup()
+    x0 = torch.tensor([-1.0, 1.0, 0.3, -0.3])
+    tb = TraceBuilder()
+    g = tb.grad(1, 1, 0, 0, 1000, 0, 0, 1, 0)      # node 1 takes one full-batch step
+    tb.apply(1, 0, [g], [1.0], [0], 1, 1)          # (1, v1)
+    tb.mix(1, 1, 1, 1, 0.0, 0.5, 1, 2, 1)           # node 1 keeps half: x1 ← 0.5·x1, w1 = 0.5
+    tb.mix(0, 0, 1, 1, 0.5, 1.0, 1, 2, 1)           # node 0 receives half of (1, v1): w0 = 1.5
+    tb.eval(-1, 0, 2, 1)
+    tb.eval(0, 1, 2, 1)
+    trace = tb.build(header(nodes=2, n=1000))
+    cfg = {"name": "sgd", "lr": 2.0, "momentum": 0.0, "weight_decay": 0.0}
+    rep = Replayer(trace, model, data, Optimizer(cfg), batched=False)
+    curves = rep.run()
+
+    # node 1's step, from the closed-form gradient of the same mean cross-entropy
+    m = nn.Sequential(nn.Linear(1, 2))
+    nn.utils.vector_to_parameters(x0, m.parameters())
+    F.cross_entropy(m(data.train_x), data.train_y).backward()
+    x1 = x0 - 2.0 * torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    st = rep.final_states()
+    assert torch.allclose(st[1][0], 0.5 * x1, atol=1e-6) and st[1][1] == pytest.approx(0.5)
+    assert torch.allclose(st[0][0], x0 + 0.5 * x1, atol=1e-6) and st[0][1] == pytest.approx(1.5)
+    avg = ((x0 + 0.5 * x1) / 1.5 + x1) / 2            # mean of the de-biased states
+    wrong_avg = (x0 + x1) / 2                        # Σx/Σw, a different rule
+    assert abs(_line_error(avg, data) - _line_error(wrong_avg, data)) > 0.01  # the case discriminates
+    assert curves[0]["test_error"] == pytest.approx(_line_error(avg, data), abs=1e-9)
+    assert curves[1]["test_error"] == pytest.approx(_line_error((x0 + 0.5 * x1) / 1.5, data), abs=1e-9)
+    assert curves[0]["updates"] == 1
+    z0, z1 = (x0 + 0.5 * x1) / 1.5, x1
+    # consensus distance = mean_n ‖z_n − z̄‖² = ‖z0 − z1‖²/4 for two nodes
+    assert curves[0]["consensus_distance"] == pytest.approx(float(((z0 - z1) ** 2).sum()) / 4, rel=1e-5)
+
+
+# summary, registry-facing backend and the simulator end to end ---------------------------
+def test_summary_time_to_target():
+    # truth: base.py — first eval with test_error ≤ target, else None
+    rows = [{"test_error": e, "sim_time_s": t} for e, t in ((0.5, 1.0), (0.08, 2.0), (0.2, 3.0))]
+    s = summarize(rows, 0.1, False, None)
+    assert s == {"final_test_error": 0.2, "best_test_error": 0.08, "time_to_target_s": 2.0,
+                 "diverged": False, "diverged_at_update": None}
+    assert summarize(rows, 0.01, False, None)["time_to_target_s"] is None
+
+
+def test_trace_header_must_carry_data_order():
+    from ddlsim.backends.base import BackendError
+
+    tb = TraceBuilder()
+    tb.eval(0, 0, 0, 0)
+    with pytest.raises(BackendError, match="data_seed"):
+        replayer(tb.build({"nodes": 1}), digits_point(), True)
+
+
+def test_simulated_hardsync_replays_as_single_learner_sgd():
+    # truth: DESIGN.md — hardsync(λ, μ) = single-learner SGD with λμ; reference: torch.optim.SGD
+    # over the union of each apply's minibatches (the simulator's global slices)
+    from ddlsim.simulator.run import simulate
+
+    point = make_point(protocol__name="hardsync", cluster__learners=4, cluster__minibatch=8,
+                       workload__epochs=1, optimizer__lr=0.1, optimizer__momentum=0.9,
+                       cluster__compute__distribution="exponential", seed=4)
+    trace = simulate(point).trace
+    res = ReplayBackend().run(trace, point, RunOptions(device="cpu"))
+    assert not res.summary["diverged"] and res.curves[-1]["test_error"] < res.curves[0]["test_error"]
+    rep = replayer(trace, point, batched=True)
+    rep.run()
+
+    model, data = build_model(point), load_data(point)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    stream = SampleStream(trace.header["data_seed"], trace.header["samples_per_epoch"])
+    ops, inp = trace.ops, trace.inputs
+    for i in np.flatnonzero(ops["kind"] == APPLY):
+        s, c = ops["in_start"][i], ops["in_count"][i]
+        gops = inp["grad_op"][s:s + c]
+        starts = np.sort(ops["sample_start"][gops])
+        assert np.all(np.diff(starts) == 8) and np.all(ops["kind"][gops] == GRAD)
+        idx = torch.from_numpy(stream.indices(int(starts[0]), 8 * c))
+        sgd.zero_grad()
+        F.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
+        sgd.step()
+    ref = nn.utils.parameters_to_vector(model.parameters()).detach()
+    assert torch.allclose(final_x(rep), ref, atol=1e-5, rtol=0)
