@@ -95,6 +95,10 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
     print_table(records, RUN_TABLE if backend else SIM_TABLE)
     print(f"results: {out / 'summary.csv'}")
+    if getattr(args, "report", False) and records:
+        from ..analysis.report import write_report
+
+        print(f"report: {write_report(out)}")
     failed = sum(r["row"].get("error") is not None for r in records)
     return 1 if failed else 0
 
@@ -145,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="predict runtime and staleness for every sweep point")
     scenario_args(p)
+    p.add_argument("--report", action="store_true", help="write figures and the HTML report at the end")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("run", help="simulate and execute every sweep point with a backend")
     scenario_args(p)
@@ -153,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
     p.add_argument("--no-batch", action="store_true", help="compute gradients one at a time")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="skip the figures and the HTML report written at the end")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("scenarios", help="list the bundled scenarios")
     p.set_defaults(func=cmd_scenarios)

@@ -1,0 +1,91 @@
+"""Decentralized simulator throughput, and the 32-node table of docs/decentralized.md.
+
+Default: SGP (1-peer NPDDE, synchronous) with 32 nodes on the bundled
+``sgp-resnet50-10gbe`` scenario (ResNet-50/ImageNet, μ = 256): node-iterations and
+rounds (iterations of all 32 nodes) per wall-clock second, then the wall time of the
+full 90-epoch run (14,076 iterations per node, about 1.8M trace ops) with the trace built.
+
+``--table``: simulate the 32-node points of ``sgp-resnet50-10gbe`` and
+``sgp-resnet50-infiniband`` for 90 epochs (AR-SGD, D-PSGD, SGP, and SGP with overlap
+τ = 1) and print the Markdown table of docs/decentralized.md, plus what-if rows.
+
+Run: ``python benchmarks/simulator_gossip.py [--quick] [--table]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ddlsim.scenarios.load import load
+from ddlsim.simulator.run import simulate
+
+CATALOGUE = Path(__file__).resolve().parent.parent / "scenarios" / "catalogue"
+
+
+def scenario_point(name: str, *sets: str) -> dict:
+    return load(CATALOGUE / f"{name}.toml", list(sets)).points()[0]
+
+
+def bench(epochs: float, nodes: int = 32) -> tuple[float, dict, int]:
+    point = scenario_point("sgp-resnet50-10gbe", "protocol.name=\"sgp\"", f"cluster.learners={nodes}",
+                           f"workload.epochs={epochs}")
+    t0 = time.perf_counter()
+    result = simulate(point)
+    return time.perf_counter() - t0, result.summary, result.trace.n_ops
+
+
+def table() -> None:
+    rows = [
+        ("allreduce", "AR-SGD", []), ("dpsgd", "D-PSGD", []), ("sgp", "SGP", []),
+        ("sgp", "SGP τ=1", ["protocol.overlap=1"]),
+    ]
+    print("| network | protocol | predicted 90 epochs (h) | s / iteration | blocked s / iter "
+          "| MB sent / node / iter | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for scen, label in (("sgp-resnet50-10gbe", "10 GbE"), ("sgp-resnet50-infiniband", "InfiniBand")):
+        for proto, name, extra in rows:
+            point = scenario_point(scen, f"protocol.name=\"{proto}\"", "cluster.learners=32", *extra)
+            t0 = time.perf_counter()
+            s = simulate(point).summary
+            wall = time.perf_counter() - t0
+            print(f"| {label} | {name} | {s['sim_time_s'] / 3600:.2f} | {s['iteration_time_s']:.3f} "
+                  f"| {s['blocked_mean_s']:.3f} | {s['bytes_sent_per_node_per_iter'] / 1e6:.0f} | {wall:.1f} |",
+                  flush=True)
+    print()
+    print("What-if (10 GbE, 32 nodes, 9 epochs scaled ×10): what AR-SGD needs to take the paper's > 5 h")
+    print("| change | AR-SGD (h) | SGP (h) | SGP τ=1 (h) |")
+    print("|---|---|---|---|")
+    for label, sets in (("as bundled", []),
+                        ("effective bandwidth 2 Gbit/s (2.5e8 B/s)", ["cluster.network.bandwidth_Bps=2.5e8"]),
+                        ("latency 12 ms per message", ["cluster.network.latency_s=0.012"])):
+        hours = []
+        for proto, extra in (("allreduce", []), ("sgp", []), ("sgp", ["protocol.overlap=1"])):
+            point = scenario_point("sgp-resnet50-10gbe", f"protocol.name=\"{proto}\"", "cluster.learners=32",
+                                   "workload.epochs=9", *sets, *extra)
+            hours.append(10 * simulate(point).summary["sim_time_s"] / 3600)
+        print(f"| {label} | " + " | ".join(f"{h:.2f}" for h in hours) + " |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a tenth of the work, no 90-epoch run")
+    ap.add_argument("--table", action="store_true", help="print the 32-node table of docs/decentralized.md")
+    args = ap.parse_args()
+    if args.table:
+        table()
+        return
+    wall, s, ops = bench(1.0 if args.quick else 9.0)
+    node_iters = s["gradients"]
+    print(f"SGP N=32 (ResNet-50/ImageNet, 10 GbE): {s['iterations']:,} iterations × 32 nodes = "
+          f"{node_iters:,} node-iterations in {wall:.2f} s wall = {node_iters / wall:,.0f} node-iterations/s "
+          f"({s['iterations'] / wall:,.0f} 32-node iterations/s; {ops:,} trace ops)")
+    if not args.quick:
+        wall, s, ops = bench(90.0)
+        print(f"SGP N=32, 90 epochs: {s['iterations']:,} iterations per node, {ops:,} trace ops: "
+              f"{wall:.1f} s wall ({s['gradients'] / wall:,.0f} node-iterations/s)")
+
+
+if __name__ == "__main__":
+    main()
