@@ -33,11 +33,14 @@ class BackendResult:
     ``summary``: ``final_test_error``, ``best_test_error``, ``time_to_target_s`` (None if
     never reached), ``diverged`` (bool), ``diverged_at_update`` (None or int).
     ``trace``: a measured trace, for backends that produce one (live); else None.
+    ``final_weights``: the flat parameters each node ended with, where the backend knows
+    them (live: the server's, or every node's).
     """
 
     curves: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None
+    final_weights: Any = None
 
 
 class Backend(Protocol):

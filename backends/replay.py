@@ -50,6 +50,8 @@ class Plan:
     the op after which they are freed (``free_count[i]`` of them after op ``i``); a
     node's latest version lives to the end. ``batches[b]`` are positions in ``grads``
     (the consumed grad ops) computed together when op ``grads[batches[b][0]]`` is reached.
+    ``grad_coef``: the factor weight·scale applied when a gradient is computed (1 unless it
+    is its apply's only input); ``coefs``: weight·scale of every apply input.
     """
 
     offset: np.ndarray
@@ -59,6 +61,7 @@ class Plan:
     grads: np.ndarray
     grad_sid: np.ndarray
     grad_interval: np.ndarray
+    grad_coef: np.ndarray
     batch_at: dict[int, int]
     batches: list[np.ndarray]
     coefs: np.ndarray
@@ -114,9 +117,13 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     batch_at = {int(grads[m[0]]): b for b, m in enumerate(batches)}
 
     coefs = inp["weight"] * opt.scales(inp["staleness"])
+    # a gradient that is its apply's only input is scaled once, when it is computed
+    single = np.repeat(ops["in_count"][applies] == 1, ops["in_count"][applies])
+    grad_coef = np.ones(n)
+    grad_coef[inp["grad_op"][single]] = coefs[single]
     lrs = np.atleast_1d(opt.lr(ops["epoch"][applies]))
     return Plan(offset, n_states, order.tolist(), free_count.tolist(), grads, grad_sid,
-                np.searchsorted(evals, grads), batch_at, batches, coefs,
+                np.searchsorted(evals, grads), grad_coef[grads], batch_at, batches, coefs,
                 dict(zip(applies.tolist(), lrs.tolist())), evals)
 
 
@@ -136,28 +143,29 @@ class FlatModel:
         self.sizes = [p.numel() for p in self.params]
         self.size = sum(self.sizes)
         self.work = torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+        self.grad_buf = torch.zeros_like(self.work)
         o = 0
         for p, k in zip(self.params, self.sizes):
             p.data = self.work[o:o + k].view_as(p)
+            p.grad = self.grad_buf[o:o + k].view_as(p)  # backward() accumulates here, in place
             o += k
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._loaded: Tensor | None = None
-        self._one = torch.ones((), device=self.work.device)
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
         if z is not self._loaded:
-            with torch.no_grad():
-                self.work.copy_(z)
+            self.work.detach().copy_(z)
             self._loaded = z
 
     def grad(self, z: Tensor, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
-        """Flat gradient and loss of the mean cross-entropy of (xb, yb) at ``z``."""
+        """Flat gradient (a new tensor) and loss of the mean cross-entropy of (xb, yb) at ``z``."""
         self.load(z)
+        self.grad_buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
-        gs = torch.autograd.grad(loss, self.params, self._one)
-        return torch.cat([g.reshape(-1) for g in gs]), loss.detach()
+        loss.backward()
+        return self.grad_buf.clone(), loss.detach()
 
     def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
         """Gradients (B, P) and losses (B,) of minibatch b at ``zs[b]`` (one vmap call).
@@ -222,7 +230,7 @@ class Replayer:
         p = self.plan
         self._grad_info = list(zip(p.grads.tolist(), trace.ops["sample_start"][p.grads].tolist(),
                                    trace.ops["batch_size"][p.grads].tolist(), p.grad_sid.tolist(),
-                                   p.grad_interval.tolist()))
+                                   p.grad_interval.tolist(), p.grad_coef.tolist()))
         self.states: dict[int, tuple[Tensor, float]] = {}
         self.grads: dict[int, tuple[Tensor, int]] = {}
         self.curves: list[dict[str, Any]] = []
@@ -231,9 +239,9 @@ class Replayer:
         self.updates = 0
         self.peak_live_states = 0
         self.peak_live_grads = 0
-        self._loss_sum = np.zeros(len(self.plan.evals) + 1)
-        self._loss_n = np.zeros(len(self.plan.evals) + 1, np.int64)
-        self._current = self.plan.offset.copy()  # each node's latest state id
+        self._loss_sum = [0.0] * (len(self.plan.evals) + 1)
+        self._loss_n = [0] * (len(self.plan.evals) + 1)
+        self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
 
     # -- data ---------------------------------------------------------------------------
     def _perm(self, epoch: int) -> np.ndarray:
@@ -275,34 +283,42 @@ class Replayer:
         plan, members = self.plan, self.plan.batches[b]
         if len(members) == 1:
             return self._compute_one(int(members[0]))
-        ops = self.trace.ops
+        ops, data = self.trace.ops, self.data
         gops = plan.grads[members]
         size = int(ops["batch_size"][gops[0]])
         idx = torch.from_numpy(self.sample_indices(ops["sample_start"][gops], size)).to(self.device)
         sids = plan.grad_sid[members].tolist()
         zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
-        g, lt = self.flat.grad_batch(zs, self.data.train_x[idx], self.data.train_y[idx])
+        g, lt = self.flat.grad_batch(zs, data.train_x[idx], data.train_y[idx])
         losses = lt.tolist()
         if not all(math.isfinite(v) for v in losses):
             raise _Diverged
-        np.add.at(self._loss_sum, plan.grad_interval[members], losses)
-        np.add.at(self._loss_n, plan.grad_interval[members], 1)
+        coef = plan.grad_coef[members]
+        if (coef != 1.0).any():
+            g.mul_(torch.from_numpy(coef).to(g)[:, None])
+        for j, v in zip(plan.grad_interval[members].tolist(), losses):
+            self._loss_sum[j] += v
+            self._loss_n[j] += 1
         for row, op in enumerate(gops.tolist()):
             self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
     def _compute_one(self, k: int) -> None:
         """Compute consumed gradient ``k`` alone (plain autograd; the lean path)."""
-        op, start, size, sid, j = self._grad_info[k]
+        op, start, size, sid, j, coef = self._grad_info[k]
         e, off = divmod(start, self.spe)
         if off + size <= self.spe:
             idx = self._perm_tensor(e)[off:off + size]
         else:
             idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
-        g, loss = self.flat.grad(self._z(sid), self.data.train_x[idx], self.data.train_y[idx])
+        data = self.data
+        g, loss = self.flat.grad(self._z(sid), data.train_x.index_select(0, idx),
+                                 data.train_y.index_select(0, idx))
         v = loss.item()
         if not math.isfinite(v):
             raise _Diverged
+        if coef != 1.0:
+            g.mul_(coef)
         self._loss_sum[j] += v
         self._loss_n[j] += 1
         self.grads[op] = (g, -1)
@@ -367,13 +383,13 @@ class Replayer:
         x0 = self.flat.work.detach().clone()
         states, grads, pop = self.states, self.grads, self.grads.pop
         states.update({int(s): (x0, 1.0) for s in plan.offset})
-        self._current = current = plan.offset.copy()
+        self._current = current = plan.offset.tolist()
         self.peak_live_states = len(states)
         # per-op columns as Python lists: the loop below touches them once per op
         kinds = ops["kind"].tolist()
         node_l, ver_l = ops["node"].tolist(), ops["version"].tolist()
         in_start, in_count = ops["in_start"].tolist(), ops["in_count"].tolist()
-        grad_op, coefs = inp["grad_op"].tolist(), plan.coefs.tolist()
+        grad_op = inp["grad_op"].tolist()
         free_order, free_count, fp = plan.free_order, plan.free_count, 0
         batch_at, offset, lrs, step = plan.batch_at, plan.offset.tolist(), plan.apply_lr, self.opt.step
         try:
@@ -383,12 +399,10 @@ class Replayer:
                     sid = offset[nd] + ver_l[i]
                     x, w = states[sid]
                     s, c = in_start[i], in_count[i]
-                    if c == 1:
+                    if c == 1:  # its coefficient was applied when it was computed
                         g, row = pop(grad_op[s])
                         if row >= 0:
                             g = g[row]
-                        if coefs[s] != 1.0:
-                            g = g * coefs[s]
                     else:
                         g = self._combined_grad(s, c)
                     states[sid + 1] = (step(nd, x, g, lrs[i], w), w)

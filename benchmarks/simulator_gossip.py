@@ -54,12 +54,24 @@ def table() -> None:
                   f"| {s['blocked_mean_s']:.3f} | {s['bytes_sent_per_node_per_iter'] / 1e6:.0f} | {wall:.1f} |",
                   flush=True)
     print()
+    print("Seconds per iteration by node count (1 epoch; the iteration time is stationary)")
+    print("| network | protocol | N = 4 | N = 8 | N = 16 | N = 32 |")
+    print("|---|---|---|---|---|---|")
+    for scen, label in (("sgp-resnet50-10gbe", "10 GbE"), ("sgp-resnet50-infiniband", "InfiniBand")):
+        for proto, name, extra in rows:
+            its = []
+            for n in (4, 8, 16, 32):
+                point = scenario_point(scen, f"protocol.name=\"{proto}\"", f"cluster.learners={n}",
+                                       "workload.epochs=1", *extra)
+                its.append(simulate(point).summary["iteration_time_s"])
+            print(f"| {label} | {name} | " + " | ".join(f"{x:.3f}" for x in its) + " |", flush=True)
+    print()
     print("What-if (10 GbE, 32 nodes, 9 epochs scaled ×10): what AR-SGD needs to take the paper's > 5 h")
     print("| change | AR-SGD (h) | SGP (h) | SGP τ=1 (h) |")
     print("|---|---|---|---|")
     for label, sets in (("as bundled", []),
                         ("effective bandwidth 2 Gbit/s (2.5e8 B/s)", ["cluster.network.bandwidth_Bps=2.5e8"]),
-                        ("latency 12 ms per message", ["cluster.network.latency_s=0.012"])):
+                        ("latency 13 ms per message", ["cluster.network.latency_s=0.013"])):
         hours = []
         for proto, extra in (("allreduce", []), ("sgp", []), ("sgp", ["protocol.overlap=1"])):
             point = scenario_point("sgp-resnet50-10gbe", f"protocol.name=\"{proto}\"", "cluster.learners=32",

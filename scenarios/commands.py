@@ -43,3 +43,6 @@ def register(sub: Any) -> None:
     p.add_argument("results", help="results directory")
     p.add_argument("--out", help="HTML file (default RESULTS/report.html)")
     p.set_defaults(func=cmd_report)
+    from .advise import register as register_advise
+
+    register_advise(sub)

@@ -151,6 +151,15 @@ FIELDS: tuple[Field, ...] = (
     _i("protocol.peers", 1, "Out-peers per iteration (sgp).", minimum=1),
     _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages.",
        "iterations", minimum=0),
+    # live backend
+    _s("live.compute", "real", "Live learners compute real gradients, or sleep for the compute "
+       "model's time (emulated).", choices=("real", "emulated")),
+    _s("live.host", "127.0.0.1", "Address the live processes bind and connect to."),
+    _i("live.port", 0, "TCP port of the live rendezvous; 0 picks a free one.", minimum=0, maximum=65535),
+    _f("live.timeout_s", 60.0, "Limit of every blocking live call; a dead learner ends the run.", "s",
+       minimum=0, min_exclusive=True),
+    _i("live.fail_learner", -1, "Fault injection: this learner kills itself (−1: none).", minimum=-1),
+    _i("live.fail_after", 1, "Fault injection: after this many gradients.", minimum=0),
 )
 
 FIELD_BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}

@@ -140,14 +140,24 @@ class LearnerClock:
             self._advance()
 
 
+def _streams(point: dict[str, Any], count: int, seed_tag: int) -> list[np.random.SeedSequence]:
+    return np.random.SeedSequence([int(point["seed"]), seed_tag]).spawn(count + 1)
+
+
+def stragglers(point: dict[str, Any], count: int, seed_tag: int) -> set[int]:
+    """The persistently slow learners: ``round(fraction × count)`` of them, chosen by the seed."""
+    fraction = point["cluster"]["stragglers"]["fraction"]
+    pick = _streams(point, count, seed_tag)[0]
+    return set(np.random.default_rng(pick).permutation(count)[: round(fraction * count)].tolist())
+
+
 def learner_clocks(point: dict[str, Any], count: int, seed_tag: int) -> list[LearnerClock]:
     """Per-learner clocks for a scenario point; persistent stragglers chosen by the seed."""
     cl = point["cluster"]
     comp, strag = cl["compute"], cl["stragglers"]
     mean = mean_compute_s(comp, cl["minibatch"])
-    root = np.random.SeedSequence([int(point["seed"]), seed_tag])
-    pick, *streams = root.spawn(count + 1)
-    slow = set(np.random.default_rng(pick).permutation(count)[: round(strag["fraction"] * count)].tolist())
+    streams = _streams(point, count, seed_tag)[1:]
+    slow = stragglers(point, count, seed_tag)
     clocks = []
     for i, ss in enumerate(streams):
         draw_rng, stall_rng = (np.random.default_rng(s) for s in ss.spawn(2))

@@ -1,0 +1,145 @@
+"""Backend "live": run the protocol for real as processes over ``torch.distributed``.
+
+ddlsim launches the processes itself (``torch.multiprocessing``, gloo, bound to
+``live.host``, default 127.0.0.1) or ``torchrun`` launches them across machines
+(``python -m ddlsim.backends.live_worker``). Every blocking call is limited by
+``live.timeout_s``; a process that dies ends the run with one line naming it.
+
+The run writes a *measured* trace (same format, wall-clock times). Accuracy comes from
+replaying that trace (``replay`` reproduces the live weights: tests check it), so the
+curves are the live run's; under ``live.compute = "emulated"`` learners sleep for the
+compute model's time and only timing is measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import tempfile
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..simulator.run import PS_FAMILY, staleness_stats
+from ..simulator.trace import APPLY, GRAD, Trace, TraceError
+from ..simulator.trace import read as read_trace
+from .base import BackendError, BackendResult, RunOptions
+
+
+def free_port(host: str) -> int:
+    """A TCP port on ``host`` that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def role(point: dict[str, Any], rank: int) -> str:
+    """Human name of a rank: the server or learner i (node i for gossip protocols)."""
+    if point["protocol"]["name"] in PS_FAMILY:
+        return "server" if rank == 0 else f"learner {rank - 1}"
+    return f"node {rank}"
+
+
+def world_size(point: dict[str, Any]) -> int:
+    """Processes of a run: server + λ learners, or N nodes."""
+    lam = point["cluster"]["learners"]
+    return lam + 1 if point["protocol"]["name"] in PS_FAMILY else lam
+
+
+def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str) -> None:
+    """One live process: join the group, play its role, leave."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=point["live"]["timeout_s"]))
+    try:
+        if point["protocol"]["name"] in PS_FAMILY:
+            from .live_ps import learner, server
+
+            server(point, mean_sigma, out) if rank == 0 else learner(point, rank)
+        else:
+            from .live_gossip import node
+
+            node(point, rank, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
+    """Start every process of the run locally and wait; a failure is one BackendError line."""
+    import torch.multiprocessing as mp
+
+    live = point["live"]
+    host = live["host"]
+    port = live["port"] or free_port(host)
+    world = world_size(point)
+    init = f"tcp://{host}:{port}"
+    ctx = mp.start_processes(process_main, args=(point, world, init, mean_sigma, out), nprocs=world,
+                             join=False, start_method="spawn")
+    try:
+        while not ctx.join(timeout=0.5):
+            pass
+    except mp.ProcessExitedException as e:
+        how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
+        raise BackendError(f"live run stopped: {role(point, e.error_index)} died with {how}; "
+                           "the other processes were terminated") from None
+    except mp.ProcessRaisedException as e:
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        raise BackendError(f"live run stopped: {role(point, e.error_index)} failed: {lines[-1].strip()}") from None
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+
+
+def measured_summary(trace: Trace) -> dict[str, Any]:
+    """Measured runtime figures of a live trace, named ``measured_*``."""
+    ops = trace.ops
+    t = float(trace.header.get("wall_s", ops["t_end"].max() if len(ops["t_end"]) else 0.0))
+    grads = int((ops["kind"] == GRAD).sum())
+    out = {"measured_time_s": t, "measured_gradients": grads, "measured_updates": int((ops["kind"] == APPLY).sum()),
+           "measured_gradients_per_s": grads / t if t > 0 else math.nan}
+    epochs = float(ops["epoch"].max()) if len(ops["epoch"]) else 0.0
+    out["measured_time_per_epoch_s"] = t / epochs if epochs > 0 else math.nan
+    out.update({f"measured_{k}": v for k, v in staleness_stats(trace.inputs["staleness"]).items()})
+    return out
+
+
+class LiveBackend:
+    """Backend "live": run the point for real; measured trace, timing, and replayed accuracy."""
+
+    name = "live"
+
+    def run(self, trace: Trace, point: dict[str, Any], options: RunOptions | None = None) -> BackendResult:
+        """Run ``point`` live. ``trace`` (the simulated one) supplies ⟨σ⟩ for ``mean_staleness``."""
+        options = options or RunOptions()
+        if point["live"]["compute"] == "real" and point["workload"]["model"] in ("resnet50", "alexnet",
+                                                                                "transformer"):
+            raise BackendError(f"model {point['workload']['model']!r} is simulation-only: run it live with "
+                               "live.compute = \"emulated\"")
+        sigma = trace.inputs["staleness"]
+        mean_sigma = float(np.mean(sigma)) if len(sigma) else 0.0
+        out = tempfile.mkdtemp(prefix="ddlsim-live-")
+        try:
+            launch(point, mean_sigma, out)
+            try:
+                measured = read_trace(os.path.join(out, "trace.ddlt"))
+            except TraceError as e:
+                raise BackendError(f"live run wrote no valid trace: {e}") from None
+            weights = torch.load(os.path.join(out, "weights.pt")) if os.path.exists(
+                os.path.join(out, "weights.pt")) else None
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        summary = measured_summary(measured)
+        curves: list[dict[str, Any]] = []
+        if point["live"]["compute"] == "real":
+            from .replay import ReplayBackend
+
+            replayed = ReplayBackend().run(measured, point, options)
+            curves, summary = replayed.curves, {**replayed.summary, **summary}
+        return BackendResult(curves=curves, summary=summary, trace=measured, final_weights=weights)
