@@ -102,12 +102,38 @@ def measured_summary(trace: Trace) -> dict[str, Any]:
     ops = trace.ops
     t = float(trace.header.get("wall_s", ops["t_end"].max() if len(ops["t_end"]) else 0.0))
     grads = int((ops["kind"] == GRAD).sum())
-    out = {"measured_time_s": t, "measured_gradients": grads, "measured_updates": int((ops["kind"] == APPLY).sum()),
+    out = {"measured_time_s": t, "measured_sim_time_s": t, "measured_gradients": grads, "measured_updates": int((ops["kind"] == APPLY).sum()),
            "measured_gradients_per_s": grads / t if t > 0 else math.nan}
     epochs = float(ops["epoch"].max()) if len(ops["epoch"]) else 0.0
     out["measured_time_per_epoch_s"] = t / epochs if epochs > 0 else math.nan
     out.update({f"measured_{k}": v for k, v in staleness_stats(trace.inputs["staleness"]).items()})
     return out
+
+
+def round_trip_s(trace: Trace) -> float:
+    """Mean measured gap between a learner's push and its next compute start (push, server, pull).
+
+    Under ``hardsync`` the gap includes the barrier; use asynchronous runs to calibrate.
+    """
+    ops = trace.ops
+    g = np.flatnonzero(ops["kind"] == GRAD)
+    gaps = []
+    for learner in np.unique(ops["node"][g]):
+        mine = g[ops["node"][g] == learner]
+        gaps.append(ops["t_start"][mine[1:]] - ops["t_end"][mine[:-1]])
+    gaps_all = np.concatenate(gaps) if gaps else np.zeros(0)
+    return float(gaps_all.mean()) if len(gaps_all) else 0.0
+
+
+def calibrated_latency(trace: Trace, point: dict[str, Any]) -> float:
+    """The ``latency_s`` that makes the simulator's push + reply cost the measured round trip.
+
+    The simulator charges a cycle 2·latency + 2·M/bandwidth + apply_s (no contention).
+    """
+    net = point["cluster"]["network"]
+    m = point["workload"]["param_count"] * net["bytes_per_param"]
+    tx = 0.0 if math.isinf(net["bandwidth_Bps"]) else m / net["bandwidth_Bps"]
+    return max(0.0, (round_trip_s(trace) - 2 * tx - point["cluster"]["server"]["apply_s"]) / 2)
 
 
 class LiveBackend:

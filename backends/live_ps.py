@@ -178,6 +178,7 @@ def learner(point: dict[str, Any], rank: int) -> None:
         stop, version, k, start, size, t0 = hdr.tolist()
         if stop:
             return
+        x = torch.empty_like(x)  # a new tensor: FlatModel caches the last one it loaded by identity
         dist.recv(x, src=0)
         t_start = time.time() - t0
         if emulated:

@@ -99,6 +99,7 @@ class Optimizer:
         self.policy: str = opt_cfg.get("lr_policy", "constant")
         self.momentum = float(opt_cfg.get("momentum", 0.0)) if self.name != "adagrad" else 0.0
         self.weight_decay = float(opt_cfg.get("weight_decay", 0.0))
+        self.nesterov = self.name == "nesterov"
         self.mean_sigma = float(mean_sigma)
         self.state: dict[int, Tensor | None] = {}
 
@@ -119,10 +120,9 @@ class Optimizer:
         if wd and w != 1.0:
             g = torch.add(g, x, alpha=wd / w)
             wd = 0.0
-        st = self.state.get(node)
         if self.name == "adagrad":
-            new_x, st = adagrad_update(x, g, st, lr, wd)
+            new_x, self.state[node] = adagrad_update(x, g, self.state.get(node), lr, wd)
         else:
-            new_x, st = sgd_update(x, g, st, lr, self.momentum, self.name == "nesterov", wd)
-        self.state[node] = st
+            new_x, self.state[node] = sgd_update(x, g, self.state.get(node), lr, self.momentum,
+                                                 self.nesterov, wd)
         return new_x

@@ -15,6 +15,7 @@ from .base import Backend, BackendError
 ENTRY_POINT_GROUP = "ddlsim.backends"
 BUILTIN: dict[str, str] = {
     "replay": "ddlsim.backends.replay:ReplayBackend",
+    "live": "ddlsim.backends.live:LiveBackend",
 }
 
 

@@ -40,33 +40,41 @@ BATCH_CAP = 64              # most gradients in one vmap call
 LOOKAHEAD = 256             # grad ops scanned ahead for a batch
 BATCH_BUDGET_FLOATS = 1 << 26  # stacked weights + gradients of one batch (256 MiB in fp32)
 EVAL_CHUNK = 2048
+RUN_CHUNK = 1 << 16         # ops whose columns are turned into Python lists at a time
+EPOCH_COPY_MAX_BYTES = 64 << 20  # smaller training sets are also kept in each epoch's order
 
 
 @dataclass
 class Plan:
     """What the replay needs to know up front, derived from the trace with NumPy.
 
-    States are numbered ``sid = offset[node] + version``. ``free_order`` lists states by
-    the op after which they are freed (``free_count[i]`` of them after op ``i``); a
-    node's latest version lives to the end. ``batches[b]`` are positions in ``grads``
-    (the consumed grad ops) computed together when op ``grads[batches[b][0]]`` is reached.
-    ``grad_coef``: the factor weight·scale applied when a gradient is computed (1 unless it
-    is its apply's only input); ``coefs``: weight·scale of every apply input.
+    States are numbered ``sid = offset[node] + version``. ``free_order`` lists state ids
+    by the op after which they are freed (``free_count[i]`` of them after op ``i``); a
+    node's latest version lives to the end. ``grads``: the consumed grad ops. Per op:
+    ``lead`` is −2 for a gradient computed alone at its op, ``b ≥ 0`` for the op at which
+    the multi-gradient batch ``batches[b]`` (grad op indices) is computed, −1 otherwise;
+    ``sid`` the state a grad reads, ``interval`` the number of evals before it, ``coef``
+    the factor weight·scale applied when it is computed (1 unless it is its apply's only
+    input); ``lr`` an apply's learning rate. ``coefs``: weight·scale of every apply input.
     """
 
     offset: np.ndarray
-    n_states: int
-    free_order: list[int]
-    free_count: list[int]
+    free_order: np.ndarray
+    free_count: np.ndarray
     grads: np.ndarray
-    grad_sid: np.ndarray
-    grad_interval: np.ndarray
-    grad_coef: np.ndarray
-    batch_at: dict[int, int]
+    lead: np.ndarray
     batches: list[np.ndarray]
+    sid: np.ndarray
+    interval: np.ndarray
+    coef: np.ndarray
+    lr: np.ndarray
     coefs: np.ndarray
-    apply_lr: dict[int, float]
     evals: np.ndarray
+
+    @property
+    def calls(self) -> int:
+        """Gradient computations: batched calls plus gradients computed alone."""
+        return len(self.batches) + int((self.lead == -2).sum())
 
 
 def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP,
@@ -90,41 +98,45 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     consumer = np.full(n, -1, np.int64)
     consumer[inp["grad_op"]] = owner
     grads = np.flatnonzero((kind == GRAD) & (consumer >= 0))
-    grad_sid = offset[src_node[grads]] + src_ver[grads]
-    np.maximum.at(last, grad_sid, grads)
+    sid = np.full(n, -1, np.int64)
+    sid[grads] = offset[src_node[grads]] + src_ver[grads]
+    np.maximum.at(last, sid[grads], grads)
     mixes = np.flatnonzero(kind == MIX)
     np.maximum.at(last, offset[src_node[mixes]] + src_ver[mixes], mixes)
     evals = np.flatnonzero(kind == EVAL)
     ev_state = evals[node[evals] >= 0]
     np.maximum.at(last, offset[node[ev_state]] + version[ev_state], ev_state)
-    order = np.argsort(last, kind="stable")
-    free_count = np.bincount(last, minlength=n + 1)[:n]
 
-    ready = created[grad_sid]
-    sizes = ops["batch_size"][grads]
+    lead = np.full(n, -1, np.int64)
+    lead[grads] = -2
     batches: list[np.ndarray] = []
-    done = np.zeros(len(grads), bool)
-    for k in range(len(grads)):
-        if done[k]:
-            continue
-        members = np.array([k])
-        if batched and cap > 1:
+    if batched and cap > 1:
+        ready, sizes = created[sid[grads]], ops["batch_size"][grads]
+        done = np.zeros(len(grads), bool)
+        for k in range(len(grads)):
+            if done[k]:
+                continue
             hi = min(len(grads), k + 1 + lookahead)
             ok = ~done[k + 1:hi] & (ready[k + 1:hi] < grads[k]) & (sizes[k + 1:hi] == sizes[k])
-            members = np.concatenate([members, k + 1 + np.flatnonzero(ok)[:cap - 1]])
-        done[members] = True
-        batches.append(members)
-    batch_at = {int(grads[m[0]]): b for b, m in enumerate(batches)}
+            more = k + 1 + np.flatnonzero(ok)[:cap - 1]
+            done[k] = True
+            if len(more):
+                done[more] = True
+                lead[grads[more]] = -1
+                lead[grads[k]] = len(batches)
+                batches.append(grads[np.concatenate([[k], more])])
 
     coefs = inp["weight"] * opt.scales(inp["staleness"])
     # a gradient that is its apply's only input is scaled once, when it is computed
     single = np.repeat(ops["in_count"][applies] == 1, ops["in_count"][applies])
-    grad_coef = np.ones(n)
-    grad_coef[inp["grad_op"][single]] = coefs[single]
-    lrs = np.atleast_1d(opt.lr(ops["epoch"][applies]))
-    return Plan(offset, n_states, order.tolist(), free_count.tolist(), grads, grad_sid,
-                np.searchsorted(evals, grads), grad_coef[grads], batch_at, batches, coefs,
-                dict(zip(applies.tolist(), lrs.tolist())), evals)
+    coef = np.ones(n)
+    coef[inp["grad_op"][single]] = coefs[single]
+    lr = np.zeros(n)
+    lr[applies] = opt.lr(ops["epoch"][applies])
+    interval = np.zeros(n, np.int64)
+    interval[grads] = np.searchsorted(evals, grads)
+    return Plan(offset, np.argsort(last, kind="stable"), np.bincount(last, minlength=n + 1)[:n], grads,
+                lead, batches, sid, interval, coef, lr, coefs, evals)
 
 
 class FlatModel:
@@ -152,6 +164,7 @@ class FlatModel:
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._loaded: Tensor | None = None
+        self._seeds: dict[float, Tensor] = {}  # backward seeds, one per distinct scale
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
@@ -159,18 +172,22 @@ class FlatModel:
             self.work.detach().copy_(z)
             self._loaded = z
 
-    def grad(self, z: Tensor, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
-        """Flat gradient (a new tensor) and loss of the mean cross-entropy of (xb, yb) at ``z``."""
+    def grad(self, z: Tensor, xb: Tensor, yb: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
+        """``scale`` × the flat gradient (a new tensor) of the mean cross-entropy of (xb, yb)
+        at ``z``, and that loss."""
         self.load(z)
         self.grad_buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
-        loss.backward()
+        seed = self._seeds.get(scale)
+        if seed is None:
+            seed = self._seeds[scale] = torch.tensor(scale, dtype=loss.dtype, device=loss.device)
+        loss.backward(seed)
         return self.grad_buf.clone(), loss.detach()
 
-    def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
-        """Gradients (B, P) and losses (B,) of minibatch b at ``zs[b]`` (one vmap call).
-
-        ``zs`` of length 1 means every minibatch reads the same weights.
+    def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor,
+                   scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Gradients (B, P), row b scaled by ``scale[b]`` (default 1), and losses (B,) of
+        minibatch b at ``zs[b]`` (one vmap call). ``zs`` of length 1: all read the same weights.
         """
         b = xb.shape[0]
         if len(zs) == 1:
@@ -184,7 +201,8 @@ class FlatModel:
         logits = self._vforward(views, xb)
         losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1),
                                  reduction="none").view(b, -1).mean(1)
-        gs = torch.autograd.grad(losses.sum(), list(views.values()))
+        total = losses.sum() if scale is None else losses @ scale
+        gs = torch.autograd.grad(total, list(views.values()))
         out = torch.cat([g.contiguous().view(b, -1) for g in gs], dim=1)
         return out, losses.detach()
 
@@ -206,8 +224,10 @@ class _Diverged(Exception):
 
 
 class Replayer:
-    """Executes one trace. After :meth:`run`: ``curves``, ``diverged``, ``diverged_at_update``,
-    ``updates``, ``peak_live_states``, ``peak_live_grads`` and :meth:`final_states`.
+    """Executes one trace once, starting every node from ``model``'s current weights (the
+    model is rewired by :class:`FlatModel`). After :meth:`run`: ``curves``, ``diverged``,
+    ``diverged_at_update``, ``updates``, ``peak_live_states`` / ``peak_live_grads`` (most
+    weights versions / gradients held at once) and :meth:`final_states`.
     """
 
     def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
@@ -226,11 +246,8 @@ class Replayer:
         self.n_train = len(data.train_y)
         self.device = data.train_x.device
         self._perms: dict[int, np.ndarray] = {}
-        self._perm_t: dict[int, Tensor] = {}
-        p = self.plan
-        self._grad_info = list(zip(p.grads.tolist(), trace.ops["sample_start"][p.grads].tolist(),
-                                   trace.ops["batch_size"][p.grads].tolist(), p.grad_sid.tolist(),
-                                   p.grad_interval.tolist(), p.grad_coef.tolist()))
+        self._epoch_cache: dict[int, tuple[Tensor, Tensor]] = {}
+        self._copy_epochs = data.train_x.element_size() * data.train_x.numel() <= EPOCH_COPY_MAX_BYTES
         self.states: dict[int, tuple[Tensor, float]] = {}
         self.grads: dict[int, tuple[Tensor, int]] = {}
         self.curves: list[dict[str, Any]] = []
@@ -273,67 +290,62 @@ class Replayer:
         return x if w == 1.0 else x / w
 
     def final_states(self) -> dict[int, tuple[Tensor, float]]:
-        """Each node's latest (x, w) after the run."""
-        cur = self._current
-        return {k: self.states[int(cur[k])] for k in range(self.nodes) if int(cur[k]) in self.states}
+        """Each node's latest (x, w) (after :meth:`run`: the final weights)."""
+        return {k: self.states[s] for k, s in enumerate(self._current)}
 
     # -- ops ----------------------------------------------------------------------------
     def _compute_batch(self, b: int) -> None:
-        """Compute the gradients of batch ``b`` and keep them until their applies."""
-        plan, members = self.plan, self.plan.batches[b]
-        if len(members) == 1:
-            return self._compute_one(int(members[0]))
+        """Compute the gradients of batch ``b`` in one call; keep them until their applies."""
+        plan, gops = self.plan, self.plan.batches[b]
         ops, data = self.trace.ops, self.data
-        gops = plan.grads[members]
         size = int(ops["batch_size"][gops[0]])
         idx = torch.from_numpy(self.sample_indices(ops["sample_start"][gops], size)).to(self.device)
-        sids = plan.grad_sid[members].tolist()
+        sids = plan.sid[gops].tolist()
         zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
-        g, lt = self.flat.grad_batch(zs, data.train_x[idx], data.train_y[idx])
+        coef = plan.coef[gops]
+        scale = torch.from_numpy(coef).to(data.train_x) if (coef != 1.0).any() else None
+        g, lt = self.flat.grad_batch(zs, data.train_x[idx], data.train_y[idx], scale)
         losses = lt.tolist()
         if not all(math.isfinite(v) for v in losses):
             raise _Diverged
-        coef = plan.grad_coef[members]
-        if (coef != 1.0).any():
-            g.mul_(torch.from_numpy(coef).to(g)[:, None])
-        for j, v in zip(plan.grad_interval[members].tolist(), losses):
+        for j, v in zip(plan.interval[gops].tolist(), losses):
             self._loss_sum[j] += v
             self._loss_n[j] += 1
         for row, op in enumerate(gops.tolist()):
             self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
-    def _compute_one(self, k: int) -> None:
-        """Compute consumed gradient ``k`` alone (plain autograd; the lean path)."""
-        op, start, size, sid, j, coef = self._grad_info[k]
+    def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float) -> None:
+        """Compute the gradient of grad op ``op`` alone (plain autograd; the lean path)."""
         e, off = divmod(start, self.spe)
-        if off + size <= self.spe:
-            idx = self._perm_tensor(e)[off:off + size]
+        if off + size <= self.spe and self._copy_epochs:
+            xs, ys = self._epoch_cache.get(e) or self._epoch_data(e)
+            xb, yb = xs[off:off + size], ys[off:off + size]
         else:
             idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
-        data = self.data
-        g, loss = self.flat.grad(self._z(sid), data.train_x.index_select(0, idx),
-                                 data.train_y.index_select(0, idx))
+            xb, yb = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
+        g, loss = self.flat.grad(self._z(sid), xb, yb, coef)
         v = loss.item()
         if not math.isfinite(v):
             raise _Diverged
-        if coef != 1.0:
-            g.mul_(coef)
         self._loss_sum[j] += v
         self._loss_n[j] += 1
         self.grads[op] = (g, -1)
         if len(self.grads) > self.peak_live_grads:
             self.peak_live_grads = len(self.grads)
 
-    def _perm_tensor(self, epoch: int) -> Tensor:
-        t = self._perm_t.get(epoch)
-        if t is None:
-            if len(self._perm_t) >= 8:
-                self._perm_t.pop(min(self._perm_t))
+    def _epoch_data(self, epoch: int) -> tuple[Tensor, Tensor]:
+        """The training set in the order of ``epoch``'s permutation (a few epochs cached), so
+        that a minibatch of consecutive stream positions is a slice, not a gather."""
+        d = self._epoch_cache.get(epoch)
+        if d is None:
+            if len(self._epoch_cache) >= 3:
+                self._epoch_cache.pop(min(self._epoch_cache))
             p = self._perm(epoch)
-            t = self._perm_t[epoch] = torch.from_numpy(p % self.n_train if self.spe > self.n_train else p).to(
-                self.device)
-        return t
+            idx = torch.from_numpy(p % self.n_train if self.spe > self.n_train else p).to(self.device)
+            d = self._epoch_cache[epoch] = (self.data.train_x.index_select(0, idx),
+                                            self.data.train_y.index_select(0, idx))
+        return d
 
     def _combined_grad(self, s: int, c: int) -> Tensor:
         """Σ coef_j · g_j over inputs s .. s+c−1 (one gemv per batch the gradients came from)."""
@@ -354,81 +366,94 @@ class Replayer:
         assert total is not None
         return total
 
+    def average_state(self) -> Tensor:
+        """Mean over nodes of each node's latest ``x / w`` (what an eval of node −1 measures)."""
+        if self.nodes == 1:
+            return self._z(self._current[0])
+        mean = torch.zeros_like(self.flat.work)
+        for s in self._current:
+            mean.add_(self._z(s))
+        return mean.div_(self.nodes)
+
+    def consensus_distance(self, mean: Tensor) -> float:
+        """Mean over nodes of ‖z_n − mean‖² for the nodes' latest de-biased states."""
+        total = torch.zeros((), dtype=mean.dtype, device=mean.device)
+        for s in self._current:
+            total += (self._z(s) - mean).pow(2).sum()
+        return float(total) / self.nodes
+
     def _eval(self, i: int) -> None:
         ops, plan = self.trace.ops, self.plan
         k = int(ops["node"][i])
-        if k >= 0:
-            z = self._z(int(plan.offset[k] + ops["version"][i]))
-        else:
-            zs = [self._z(int(s)) for s in self._current]
-            z = torch.stack(zs).mean(0) if len(zs) > 1 else zs[0]
+        z = self._z(int(plan.offset[k] + ops["version"][i])) if k >= 0 else self.average_state()
         if not bool(torch.isfinite(z).all()):
             raise _Diverged
+        j = len(self.curves)
+        n = self._loss_n[j]
         row: dict[str, Any] = {
             "epoch": float(ops["epoch"][i]), "updates": self.updates, "sim_time_s": float(ops["t_end"][i]),
             "test_error": self.flat.test_error(z, self.data.test_x, self.data.test_y),
+            "train_loss": self._loss_sum[j] / n if n else math.nan,
         }
-        j = len(self.curves)
-        n = int(self._loss_n[j])
-        row["train_loss"] = float(self._loss_sum[j] / n) if n else math.nan
         if self.nodes > 1:
-            zs = [self._z(int(s)) for s in self._current]
-            mean = torch.stack(zs).mean(0)
-            row["consensus_distance"] = float(sum(float((zz - mean).pow(2).sum()) for zz in zs) / len(zs))
+            row["consensus_distance"] = self.consensus_distance(z if k < 0 else self.average_state())
         self.curves.append(row)
 
     def run(self) -> list[dict[str, Any]]:
         """Execute every op; return the curves (divergence stops the run, never raises)."""
-        ops, inp, plan = self.trace.ops, self.trace.inputs, self.plan
         x0 = self.flat.work.detach().clone()
-        states, grads, pop = self.states, self.grads, self.grads.pop
-        states.update({int(s): (x0, 1.0) for s in plan.offset})
-        self._current = current = plan.offset.tolist()
-        self.peak_live_states = len(states)
-        # per-op columns as Python lists: the loop below touches them once per op
-        kinds = ops["kind"].tolist()
-        node_l, ver_l = ops["node"].tolist(), ops["version"].tolist()
-        in_start, in_count = ops["in_start"].tolist(), ops["in_count"].tolist()
-        grad_op = inp["grad_op"].tolist()
-        free_order, free_count, fp = plan.free_order, plan.free_count, 0
-        batch_at, offset, lrs, step = plan.batch_at, plan.offset.tolist(), plan.apply_lr, self.opt.step
+        self.states.update({int(s): (x0, 1.0) for s in self.plan.offset})
+        self.peak_live_states = len(self.states)
         try:
-            for i, k in enumerate(kinds):
-                if k == APPLY:
-                    nd = node_l[i]
-                    sid = offset[nd] + ver_l[i]
-                    x, w = states[sid]
-                    s, c = in_start[i], in_count[i]
-                    if c == 1:  # its coefficient was applied when it was computed
-                        g, row = pop(grad_op[s])
-                        if row >= 0:
-                            g = g[row]
-                    else:
-                        g = self._combined_grad(s, c)
-                    states[sid + 1] = (step(nd, x, g, lrs[i], w), w)
-                    current[nd] = sid + 1
-                    self.updates += 1
-                elif k == GRAD:
-                    b = batch_at.get(i)
-                    if b is not None:
-                        self._compute_batch(b)
-                elif k == MIX:
-                    self._mix(i, offset)
-                else:
-                    self._eval(i)
-                c = free_count[i]
-                if c:
-                    for s in free_order[fp:fp + c]:
-                        del states[s]
-                    fp += c
-                if len(states) > self.peak_live_states:
-                    self.peak_live_states = len(states)
+            for base in range(0, self.trace.n_ops, RUN_CHUNK):
+                self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
             if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
                 raise _Diverged
         except _Diverged:
             self.diverged, self.diverged_at_update = True, self.updates
         return self.curves
 
+    def _run_ops(self, lo: int, hi: int) -> None:
+        """Execute ops ``lo .. hi−1`` (their columns as Python lists: the hot loop)."""
+        ops, plan, states = self.trace.ops, self.plan, self.states
+        pop, step, current, grad_op = self.grads.pop, self.opt.step, self._current, self.trace.inputs["grad_op"]
+        cols = [ops[c][lo:hi].tolist() for c in ("kind", "node", "version", "in_start", "in_count",
+                                                  "sample_start", "batch_size")]
+        cols += [a[lo:hi].tolist() for a in (plan.lead, plan.sid, plan.interval, plan.coef, plan.lr)]
+        counts = plan.free_count[lo:hi].tolist()
+        f0 = int(plan.free_count[:lo].sum())
+        free = plan.free_order[f0:f0 + sum(counts)].tolist()
+        offset, fp = plan.offset.tolist(), 0
+        for r, (k, nd, ver, s, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
+            i = lo + r
+            if k == APPLY:
+                sid = offset[nd] + ver
+                x, w = states[sid]
+                if c == 1:  # its coefficient was applied when it was computed
+                    g, row = pop(int(grad_op[s]))
+                    if row >= 0:
+                        g = g[row]
+                else:
+                    g = self._combined_grad(s, c)
+                states[sid + 1] = (step(nd, x, g, lr, w), w)
+                current[nd] = sid + 1
+                self.updates += 1
+            elif k == GRAD:
+                if lead == -2:
+                    self._compute_one(i, start, size, sid, j, coef)
+                elif lead >= 0:
+                    self._compute_batch(lead)
+            elif k == MIX:
+                self._mix(i, offset)
+            else:
+                self._eval(i)
+            if len(states) > self.peak_live_states:
+                self.peak_live_states = len(states)
+            c = counts[r]
+            if c:
+                for s in free[fp:fp + c]:
+                    del states[s]
+                fp += c
     def _mix(self, i: int, offset: list[int]) -> None:
         ops = self.trace.ops
         nd, sc, cf = int(ops["node"][i]), float(ops["self_coef"][i]), float(ops["coef"][i])

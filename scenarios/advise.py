@@ -273,7 +273,9 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
                 c.note = (f"its first evaluation comes at {_s(first)}, after the {_s(budget_s)} budget"
                           if math.isfinite(first) else "it never evaluates a trained model")
         live = [c for c in live if c.status == "candidate"]
-        live.sort(key=lambda c: (c.risky, -c.epochs_by(budget_s), c.sigma, -c.updates_per_epoch, c.index))
+        # epochs compared to 0.1: evaluations of different protocols land a few samples apart
+        live.sort(key=lambda c: (c.risky, -round(c.epochs_by(budget_s), 1), c.sigma, -c.updates_per_epoch,
+                                 c.index))
     else:
         live.sort(key=lambda c: (c.risky, c.sec_per_epoch, c.sigma, -c.updates_per_epoch, c.index))
     for r, c in enumerate(live, 1):
@@ -477,6 +479,26 @@ def explain(a: Candidate, b: Candidate | None, budget_s: float | None,
             f"the runner-up needs {eb:.3g} epochs against {ea:.3g}: {learning_cause(b, a)}.")
 
 
+def _margin(a: Candidate, b: Candidate | None, adv: Advice) -> str:
+    """A warning when the two errors differ by at most two test samples."""
+    from ..simulator.catalog import dataset_info
+
+    if b is None or a.error is None or b.error is None:
+        return ""
+    if adv.mode == "target" and b.at_s is not None:
+        return ""
+    wl = a.point["workload"]
+    try:
+        size = dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"]).test_size
+    except KeyError:
+        return ""
+    k = round(abs(b.error - a.error) * size)
+    if k > 2:
+        return ""
+    return (f" The margin is narrow: {k} test sample{'s' * (k != 1)} of {size}, so the two are about "
+            "equally good; prefer either.")
+
+
 def _goal_words(adv: Advice) -> str:
     if adv.budget_s is not None:
         return f"a budget of {_s(adv.budget_s)} of simulated time"
@@ -562,7 +584,7 @@ def _render(adv: Advice) -> str:
             reach = (f"reaches it at {_s(b.at_s)} (epoch {b.at_epoch:.3g})" if b.at_s is not None
                      else f"never reaches it (best {_pct(b.error)})")
             lines.append(f"Runner-up:   {b.label}: {reach}.")
-    lines.append(f"Why: {explain(a, b, adv.budget_s, adv.target_error)}")
+    lines.append(f"Why: {explain(a, b, adv.budget_s, adv.target_error)}{_margin(a, b, adv)}")
     if adv.mode == "target":
         never = [c for c in adv.ranking if c.at_s is None and c is not b]
         if never:

@@ -33,6 +33,45 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..backends.calibrate import calibrate
+
+    try:
+        sizes = [int(v) for v in args.minibatches.split(",")]
+    except ValueError:
+        raise ScenarioError(f"--minibatches {args.minibatches!r}: expected comma-separated integers") from None
+    if not sizes or min(sizes) < 1:
+        raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≥ 1")
+    out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
+    m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network)
+    for mu, s in zip(m["minibatch"], m["seconds"]):
+        print(f"μ = {mu:5d}: {s * 1e3:9.3f} ms per minibatch")
+    print(f"server apply: {m['apply_s'] * 1e6:.1f} µs per gradient")
+    if not args.no_network:
+        print(f"loopback: latency {m['latency_s'] * 1e6:.1f} µs, bandwidth {m['bandwidth_Bps'] / 1e9:.2f} GB/s")
+    print(f"profile: {out}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .cli import resolve_scenario
+    from .load import load
+    from .validate import median_abs_error, validate
+
+    scenario = load(resolve_scenario(args.scenario), args.set)
+    out = Path(args.out or f"results/{scenario.base['name']}-validate")
+    rows = validate(scenario, out, args.profile, progress=not args.quiet)
+    print(f"{'run':30s} {'measured s/epoch':>16s} {'simulated':>10s} {'rel err':>8s} {'σ live':>7s} "
+          f"{'σ sim':>7s} {'σ TV':>6s}")
+    for r in rows:
+        print(f"{r['run_id']:30s} {r['measured_time_per_epoch_s']:16.4f} {r['simulated_time_per_epoch_s']:10.4f} "
+              f"{r['time_rel_error']:+8.1%} {r['measured_staleness_mean']:7.2f} {r['simulated_staleness_mean']:7.2f} "
+              f"{r['staleness_tv_distance']:6.3f}")
+    print(f"median |relative error| of time per epoch: {median_abs_error(rows):.1%}")
+    print(f"table: {out / 'validation.csv'}  figure: {out / 'validation.png'}")
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add the plot and report commands to the ``ddlsim`` parser."""
     p = sub.add_parser("plot", help="draw the tradeoff figures of a results directory (PNG and SVG)")
@@ -43,6 +82,21 @@ def register(sub: Any) -> None:
     p.add_argument("results", help="results directory")
     p.add_argument("--out", help="HTML file (default RESULTS/report.html)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("calibrate", help="measure compute, server and loopback network costs; write a profile")
+    p.add_argument("--model", default="mlp", choices=("mlp", "lenet", "rudra_cifar", "resnet18"))
+    p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "mnist", "fashion_mnist"))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--minibatches", default="1,2,4,8,16,32,64,128", help="comma-separated minibatch sizes")
+    p.add_argument("--no-network", action="store_true", help="skip the loopback network measurement")
+    p.add_argument("--out", help="profile file (default profiles/MODEL-DATASET-DEVICE.toml)")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness")
+    p.add_argument("scenario")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--profile", help="calibrated profile whose network/server costs the simulation uses")
+    p.add_argument("--out", help="output directory (default results/<name>-validate)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_validate)
     from .advise import register as register_advise
 
     register_advise(sub)

@@ -1,0 +1,135 @@
+"""``ddlsim calibrate``: measure what the simulator needs to predict this machine.
+
+* compute: seconds per minibatch (forward + backward, the replay's own gradient path) for
+  each minibatch size, median of repeats after a warm-up;
+* network: a gloo ping-pong between two processes on ``host``: latency = half the
+  round trip of an 8-byte message, bandwidth from the one-way time of a large message;
+* server: seconds to apply one gradient to the model (the live server's update path).
+
+The profile is a TOML file that ``cluster.compute.profile`` reads (``minibatch``,
+``seconds``); its ``[network]`` and ``[server]`` tables are for ``validate`` and for the
+user to copy into scenarios.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..simulator.catalog import dataset_info
+from ..simulator.trace import atomic_write_bytes
+from .base import BackendError
+from .optim import Optimizer
+from .replay import FlatModel
+from .workloads import make_model
+
+PING_BYTES = 8
+BULK_FLOATS = 1 << 22  # 16 MiB
+
+
+def time_compute(model: str, dataset: str, minibatches: list[int], device: str, repeats: int = 20) -> list[float]:
+    """Median seconds of one minibatch gradient for each size."""
+    info = dataset_info(dataset)
+    torch.manual_seed(0)
+    flat = FlatModel(make_model(model, info).to(device))
+    z = flat.work.detach().clone()
+    out = []
+    for mu in minibatches:
+        xb = torch.randn(mu, *info.shape, device=device)
+        yb = torch.randint(0, info.classes, (mu,), device=device)
+        samples = []
+        for r in range(repeats + 3):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            flat.grad(z, xb, yb)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if r >= 3:
+                samples.append(time.perf_counter() - t)
+        out.append(statistics.median(samples))
+    return out
+
+
+def time_apply(param_count: int, repeats: int = 50) -> float:
+    """Median seconds of one momentum-SGD apply on ``param_count`` parameters."""
+    opt = Optimizer({"name": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0, "lr_policy": "constant",
+                     "milestones": [], "warmup_epochs": 0.0})
+    x, g = torch.zeros(param_count), torch.ones(param_count)
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        x = opt.step(0, x, g * 1.0, 0.01)
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def _pingpong(rank: int, init: str, result: Any, rounds: int) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    small, bulk = torch.zeros(PING_BYTES // 4), torch.zeros(BULK_FLOATS)
+    other = 1 - rank
+    for size_tensor, key in ((small, "rtt_small"), (bulk, "rtt_bulk")):
+        n = rounds if key == "rtt_small" else max(3, rounds // 20)
+        dist.barrier()
+        t = time.perf_counter()
+        for _ in range(n):
+            if rank == 0:
+                dist.send(size_tensor, other)
+                dist.recv(size_tensor, other)
+            else:
+                dist.recv(size_tensor, other)
+                dist.send(size_tensor, other)
+        if rank == 0:
+            result[key] = (time.perf_counter() - t) / n
+    dist.destroy_process_group()
+
+
+def time_network(host: str = "127.0.0.1", rounds: int = 400) -> tuple[float, float]:
+    """(latency_s, bandwidth_Bps) of gloo messages between two local processes."""
+    import torch.multiprocessing as mp
+
+    from .live import free_port
+
+    with mp.get_context("spawn").Manager() as manager:
+        result = manager.dict()
+        mp.start_processes(_pingpong, args=(f"tcp://{host}:{free_port(host)}", result, rounds), nprocs=2,
+                           start_method="spawn")
+        small, bulk = result["rtt_small"], result["rtt_bulk"]
+    latency = small / 2
+    one_way = max(bulk / 2 - latency, 1e-9)
+    return latency, BULK_FLOATS * 4 / one_way
+
+
+def calibrate(model: str, dataset: str, device: str, minibatches: list[int], out: Path,
+              network: bool = True) -> dict[str, Any]:
+    """Measure and write the profile; return what was measured."""
+    if model in ("resnet50", "alexnet", "transformer"):
+        raise BackendError(f"--model {model}: simulation-only model; calibrate mlp, lenet, rudra_cifar or resnet18")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError(f"--device {device}: CUDA is not available on this machine")
+    torch.set_num_threads(1)
+    seconds = time_compute(model, dataset, minibatches, device)
+    from ..simulator.catalog import param_count
+
+    count = param_count(model, dataset_info(dataset))
+    apply_s = time_apply(count)
+    lat, bw = time_network() if network else (float("nan"), float("nan"))
+    lines = [
+        f"# ddlsim compute profile: {model} on {dataset}, device {device}, measured {time.strftime('%Y-%m-%d')}",
+        f'model = "{model}"', f'dataset = "{dataset}"', f'device = "{device}"',
+        f"minibatch = {minibatches}",
+        "seconds = [" + ", ".join(f"{s:.6g}" for s in seconds) + "]",
+        "", "[server]", f"apply_s = {apply_s:.6g}",
+    ]
+    if network:
+        lines += ["", "[network]", f"latency_s = {lat:.6g}", f"bandwidth_Bps = {bw:.6g}"]
+    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
+    return {"minibatch": minibatches, "seconds": seconds, "apply_s": apply_s, "latency_s": lat, "bandwidth_Bps": bw}
