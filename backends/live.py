@@ -148,6 +148,10 @@ class LiveBackend:
                                                                                 "transformer"):
             raise BackendError(f"model {point['workload']['model']!r} is simulation-only: run it live with "
                                "live.compute = \"emulated\"")
+        if point["protocol"]["name"] not in PS_FAMILY:
+            from .live_gossip import check_supported
+
+            check_supported(point)
         sigma = trace.inputs["staleness"]
         mean_sigma = float(np.mean(sigma)) if len(sigma) else 0.0
         out = tempfile.mkdtemp(prefix="ddlsim-live-")

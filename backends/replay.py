@@ -41,6 +41,7 @@ LOOKAHEAD = 256             # grad ops scanned ahead for a batch
 BATCH_BUDGET_FLOATS = 1 << 26  # stacked weights + gradients of one batch (256 MiB in fp32)
 EVAL_CHUNK = 2048
 RUN_CHUNK = 1 << 16         # ops whose columns are turned into Python lists at a time
+PENDING_LOSSES = 256        # losses kept on an accelerator before they are read
 EPOCH_COPY_MAX_BYTES = 64 << 20  # smaller training sets are also kept in each epoch's order
 
 
@@ -256,6 +257,9 @@ class Replayer:
         self.updates = 0
         self.peak_live_states = 0
         self.peak_live_grads = 0
+        # on an accelerator, losses stay on the device and are read in groups (no sync per grad)
+        self._lazy_losses = self.device.type != "cpu"
+        self._pending: list[tuple[list[int], Tensor, int]] = []
         self._loss_sum = [0.0] * (len(self.plan.evals) + 1)
         self._loss_n = [0] * (len(self.plan.evals) + 1)
         self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
@@ -305,12 +309,12 @@ class Replayer:
         coef = plan.coef[gops]
         scale = torch.from_numpy(coef).to(data.train_x) if (coef != 1.0).any() else None
         g, lt = self.flat.grad_batch(zs, data.train_x[idx], data.train_y[idx], scale)
-        losses = lt.tolist()
-        if not all(math.isfinite(v) for v in losses):
-            raise _Diverged
-        for j, v in zip(plan.interval[gops].tolist(), losses):
-            self._loss_sum[j] += v
-            self._loss_n[j] += 1
+        if self._lazy_losses:
+            self._pending.append((plan.interval[gops].tolist(), lt, self.updates))
+            if len(self._pending) >= PENDING_LOSSES:
+                self._flush_losses()
+        else:
+            self._add_losses(plan.interval[gops].tolist(), lt.tolist(), self.updates)
         for row, op in enumerate(gops.tolist()):
             self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
@@ -325,14 +329,38 @@ class Replayer:
             idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
             xb, yb = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
         g, loss = self.flat.grad(self._z(sid), xb, yb, coef)
-        v = loss.item()
-        if not math.isfinite(v):
-            raise _Diverged
-        self._loss_sum[j] += v
-        self._loss_n[j] += 1
+        if self._lazy_losses:
+            self._pending.append(([j], loss, self.updates))
+            if len(self._pending) >= PENDING_LOSSES:
+                self._flush_losses()
+        else:
+            v = loss.item()
+            if not math.isfinite(v):
+                raise _Diverged
+            self._loss_sum[j] += v
+            self._loss_n[j] += 1
         self.grads[op] = (g, -1)
         if len(self.grads) > self.peak_live_grads:
             self.peak_live_grads = len(self.grads)
+
+    def _add_losses(self, intervals: list[int], losses: list[float], updates: int) -> None:
+        """Count minibatch losses towards their evals' train_loss; a non-finite one diverges."""
+        if not all(math.isfinite(v) for v in losses):
+            self.updates = updates  # where it was computed, not where it was noticed
+            raise _Diverged
+        for j, v in zip(intervals, losses):
+            self._loss_sum[j] += v
+            self._loss_n[j] += 1
+
+    def _flush_losses(self) -> None:
+        """Read the losses kept on the device (one synchronisation for many gradients)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            values = torch.cat([t.reshape(-1) for _, t, _ in pending]).tolist()
+            at = 0
+            for intervals, _, updates in pending:
+                self._add_losses(intervals, values[at:at + len(intervals)], updates)
+                at += len(intervals)
 
     def _epoch_data(self, epoch: int) -> tuple[Tensor, Tensor]:
         """The training set in the order of ``epoch``'s permutation (a few epochs cached), so
@@ -384,6 +412,7 @@ class Replayer:
 
     def _eval(self, i: int) -> None:
         ops, plan = self.trace.ops, self.plan
+        self._flush_losses()
         k = int(ops["node"][i])
         z = self._z(int(plan.offset[k] + ops["version"][i])) if k >= 0 else self.average_state()
         if not bool(torch.isfinite(z).all()):
@@ -407,6 +436,7 @@ class Replayer:
         try:
             for base in range(0, self.trace.n_ops, RUN_CHUNK):
                 self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
+            self._flush_losses()
             if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
                 raise _Diverged
         except _Diverged:

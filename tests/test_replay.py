@@ -225,6 +225,19 @@ def test_divergence_recorded_not_raised(batched):
     assert all(math.isfinite(r["test_error"]) for r in res.curves)
 
 
+@pytest.mark.parametrize("lr", [0.1, 1e6])
+def test_losses_read_lazily_as_on_an_accelerator(lr):
+    # rule: on an accelerator losses are read in groups; curves and the divergence point
+    # must equal those of reading every loss at once (the CPU path)
+    point = digits_point(optimizer__lr=lr)
+    trace = async_trace(4, 8, 200, eval_every=50)
+    eager, lazy = replayer(trace, point, True), replayer(trace, point, True)
+    lazy._lazy_losses = True
+    assert eager.run() == lazy.run()
+    assert (eager.diverged, eager.diverged_at_update) == (lazy.diverged, lazy.diverged_at_update)
+    assert eager.diverged == (lr > 1)
+
+
 def test_divergence_without_measurement_gives_nan():
     point = digits_point(optimizer__lr=1e6)
     tb = TraceBuilder()
@@ -295,31 +308,33 @@ def test_mix_and_average_eval_formulas():
     x0 = torch.tensor([-1.0, 1.0, 0.3, -0.3])
     tb = TraceBuilder()
     g = tb.grad(1, 1, 0, 0, 1000, 0, 0, 1, 0)      # node 1 takes one full-batch step
-    tb.apply(1, 0, [g], [1.0], [0], 1, 1)          # (1, v1)
-    tb.mix(1, 1, 1, 1, 0.0, 0.5, 1, 2, 1)           # node 1 keeps half: x1 ← 0.5·x1, w1 = 0.5
-    tb.mix(0, 0, 1, 1, 0.5, 1.0, 1, 2, 1)           # node 0 receives half of (1, v1): w0 = 1.5
-    tb.eval(-1, 0, 2, 1)
-    tb.eval(0, 1, 2, 1)
+    tb.apply(1, 0, [g], [1.0], [0], 1, 1)          # (1, v1): x1, w = 1
+    tb.mix(1, 1, 1, 1, 0.0, 0.5, 1, 2, 1)           # (1, v2): keeps half, 0.5·x1, w = 0.5
+    tb.mix(0, 0, 1, 1, 0.5, 1.0, 1, 2, 1)           # (0, v1): x0 + 0.5·x1, w = 1.5
+    tb.mix(1, 2, 1, 2, 0.0, 0.5, 2, 3, 1)           # (1, v3): 0.25·x1, w = 0.25
+    tb.mix(0, 1, 1, 2, 0.5, 1.0, 2, 3, 1)           # (0, v2): + 0.5·(1, v2), w = 1.5 + 0.25
+    tb.eval(-1, 0, 3, 1)
+    tb.eval(0, 1, 3, 1)
     trace = tb.build(header(nodes=2, n=1000))
     cfg = {"name": "sgd", "lr": 2.0, "momentum": 0.0, "weight_decay": 0.0}
     rep = Replayer(trace, model, data, Optimizer(cfg), batched=False)
     curves = rep.run()
 
-    # node 1's step, from the closed-form gradient of the same mean cross-entropy
+    # node 1's step, from the gradient of the same mean cross-entropy (plain torch autograd)
     m = nn.Sequential(nn.Linear(1, 2))
     nn.utils.vector_to_parameters(x0, m.parameters())
     F.cross_entropy(m(data.train_x), data.train_y).backward()
     x1 = x0 - 2.0 * torch.cat([p.grad.reshape(-1) for p in m.parameters()])
     st = rep.final_states()
-    assert torch.allclose(st[1][0], 0.5 * x1, atol=1e-6) and st[1][1] == pytest.approx(0.5)
-    assert torch.allclose(st[0][0], x0 + 0.5 * x1, atol=1e-6) and st[0][1] == pytest.approx(1.5)
-    avg = ((x0 + 0.5 * x1) / 1.5 + x1) / 2            # mean of the de-biased states
+    assert torch.allclose(st[1][0], 0.25 * x1, atol=1e-6) and st[1][1] == pytest.approx(0.25)
+    assert torch.allclose(st[0][0], x0 + 0.75 * x1, atol=1e-6) and st[0][1] == pytest.approx(1.75)
+    z0, z1 = (x0 + 0.75 * x1) / 1.75, x1
+    avg = (z0 + z1) / 2                              # mean of the de-biased states
     wrong_avg = (x0 + x1) / 2                        # Σx/Σw, a different rule
     assert abs(_line_error(avg, data) - _line_error(wrong_avg, data)) > 0.01  # the case discriminates
     assert curves[0]["test_error"] == pytest.approx(_line_error(avg, data), abs=1e-9)
     assert curves[1]["test_error"] == pytest.approx(_line_error((x0 + 0.5 * x1) / 1.5, data), abs=1e-9)
     assert curves[0]["updates"] == 1
-    z0, z1 = (x0 + 0.5 * x1) / 1.5, x1
     # consensus distance = mean_n ‖z_n − z̄‖² = ‖z0 − z1‖²/4 for two nodes
     assert curves[0]["consensus_distance"] == pytest.approx(float(((z0 - z1) ** 2).sum()) / 4, rel=1e-5)
 

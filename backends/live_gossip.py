@@ -1,0 +1,229 @@
+"""Decentralized protocols run for real over ``torch.distributed``: allreduce and sgp.
+
+Every rank is a node with its own (x, w). The ops each node records use the simulator's
+encoding (``simulator/gossip.py``), so the replay backend reproduces the live weights:
+
+* ``allreduce``: iteration k: every node's grad on its own state (i, k) with the
+  ``global_slice`` minibatch; the gradients are summed with ``all_reduce`` and every node
+  takes the same optimizer step; the trace holds that as one apply on node 0 (all N
+  gradients, weight 1/N) and a copy mix (src 0, coef 1, self 0) on every other node.
+* ``sgp`` (synchronous, overlap 0): grad at x/w, apply, keep one share
+  (self_coef 1/(d+1)), send the post-apply state to this iteration's out-peers
+  (``isend``, non-blocking), receive the in-peers' (blocking ``irecv`` + wait), mix each
+  (coef 1/(d+1)). A message carries x and a float64 header [sender version, w].
+
+Each node logs its ops with ``time.monotonic()`` (one clock per machine) and node 0
+merges the logs by time into one trace after the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..simulator.compute import learner_clocks, stragglers
+from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
+from ..simulator.mixing import share
+from ..simulator.run import header_for
+from ..simulator.topology import in_peers, out_peers
+from ..simulator.trace import TraceBuilder
+from .base import BackendError
+from .optim import Optimizer
+from .replay import FlatModel
+from .workloads import build_model, load_data
+
+SUPPORTED = ("allreduce", "sgp")
+
+
+def iterations(point: dict[str, Any]) -> int:
+    """Iterations per node (the simulator's rule)."""
+    n, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
+    return max(1, math.ceil(point["workload"]["epochs"] * point["workload"]["samples_per_epoch"] / (n * mu)))
+
+
+def check_supported(point: dict[str, Any]) -> None:
+    """Refuse what the live gossip nodes do not implement, with one line."""
+    proto = point["protocol"]
+    if proto["name"] not in SUPPORTED:
+        raise BackendError(f"protocol {proto['name']!r} has no live implementation (live runs hardsync, "
+                           f"softsync, async, ssp, allreduce and sgp)")
+    if proto["name"] == "sgp" and proto["overlap"] != 0:
+        raise BackendError(f"protocol.overlap = {proto['overlap']}: live sgp runs synchronously (overlap 0)")
+
+
+class Node:
+    """One node's model, data, compute clock and op log."""
+
+    def __init__(self, point: dict[str, Any], rank: int) -> None:
+        self.point, self.i = point, rank
+        self.n, self.mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
+        self.spe = point["workload"]["samples_per_epoch"]
+        self.emulated = point["live"]["compute"] == "emulated"
+        self.clock = learner_clocks(point, self.n, 1)[rank]
+        self.slowdown = point["cluster"]["stragglers"]["slowdown"] if rank in stragglers(point, self.n, 1) else 1.0
+        if self.emulated:
+            self.x = torch.zeros(point["workload"]["param_count"])
+        else:
+            model = build_model(point)
+            self.x = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            self.flat = FlatModel(model)
+            self.data = load_data(point)
+            self.stream = SampleStream(point["seed"], self.spe)
+        self.w = 1.0
+        self.version = 0
+        self.opt = Optimizer(point["optimizer"], 0.0)
+        self.log: list[tuple] = []  # (time, kind, fields...)
+
+    def gradient(self, start: int) -> tuple[torch.Tensor, float, float]:
+        """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``."""
+        t0 = time.monotonic()
+        if self.emulated:
+            end = self.clock.finish(t0, self.clock.draws.next())
+            g = torch.zeros_like(self.x)
+        else:
+            idx = torch.from_numpy(self.stream.indices(start, self.mu) % len(self.data.train_y))
+            z = self.x if self.w == 1.0 else self.x / self.w
+            g, _ = self.flat.grad(z.clone(), self.data.train_x[idx], self.data.train_y[idx])
+            end = self.clock.finish(t0, (time.monotonic() - t0) * self.slowdown)
+        delay = end - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        return g, t0, time.monotonic()
+
+
+def node(point: dict[str, Any], rank: int, out: str) -> None:
+    """Run node ``rank`` to the end; node 0 writes ``trace.ddlt`` and ``weights.pt``."""
+    check_supported(point)
+    me = Node(point, rank)
+    dist.barrier()
+    epoch0 = time.monotonic()
+    K = iterations(point)
+    if point["protocol"]["name"] == "allreduce":
+        _allreduce(me, K)
+    else:
+        _sgp(me, K)
+    _gather_and_write(me, K, epoch0, out)
+
+
+def _allreduce(me: Node, K: int) -> None:
+    n, mu = me.n, me.mu
+    for k in range(K):
+        start = global_slice_start(k, me.i, n, mu)
+        g, t0, t1 = me.gradient(start)
+        me.log.append((t1, "grad", me.i, me.version, start, k, t0))
+        total = g.clone()
+        dist.all_reduce(total)
+        samples = (k + 1) * n * mu
+        lr = float(me.opt.lr(samples / me.spe))
+        me.x = me.opt.step(0, me.x, total / n, lr)
+        me.version += 1
+        me.log.append((time.monotonic(), "round", k))
+
+
+def _sgp(me: Node, K: int) -> None:
+    proto = me.point["protocol"]
+    topo, peers = proto["topology"], proto["peers"]
+    n, mu, i = me.n, me.mu, me.i
+    for k in range(K):
+        start = shard_start(k, i, n, mu, me.spe)
+        g, t0, t1 = me.gradient(start)
+        me.log.append((t1, "grad", i, me.version, start, k, t0))
+        # the learning rate follows this node's own progress; the trace records that epoch
+        epoch = (k + 1) * n * mu / me.spe
+        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
+        me.log.append((time.monotonic(), "apply", me.version, epoch))
+        me.version += 1
+        outs, ins = out_peers(topo, i, k, n, peers), in_peers(topo, i, k, n, peers)
+        c = share(len(outs))
+        sent_version, sent_x, sent_w = me.version, me.x, me.w
+        reqs = []
+        header = torch.tensor([sent_version, sent_w], dtype=torch.float64)
+        for j in outs:
+            reqs.append(dist.isend(header, j, tag=2 * k))
+            reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
+        me.x, me.w = me.x * c, me.w * c
+        me.log.append((time.monotonic(), "mix", i, me.version, i, sent_version, 0.0, c))
+        me.version += 1
+        for j in ins:
+            h, xs = torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)
+            dist.irecv(h, j, tag=2 * k).wait()
+            dist.irecv(xs, j, tag=2 * k + 1).wait()
+            src_version, ws = int(h[0]), float(h[1])
+            cj = share(len(out_peers(topo, j, k, n, peers)))
+            me.x = torch.add(me.x, xs, alpha=cj)
+            me.w = me.w + cj * ws
+            me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, 1.0))
+            me.version += 1
+        for r in reqs:
+            r.wait()
+
+
+def _gather_and_write(me: Node, K: int, epoch0: float, out: str) -> None:
+    logs: list[Any] = [None] * me.n
+    dist.all_gather_object(logs, me.log)
+    finals: list[Any] = [None] * me.n
+    dist.all_gather_object(finals, (me.x, me.w))
+    if me.i != 0:
+        return
+    point = me.point
+    tb = _merge(point, logs, K, epoch0)
+    from ..simulator import trace as tracemod
+
+    proto = point["protocol"]["name"]
+    header = header_for(point, me.n, "global_slice" if proto == "allreduce" else "shard")
+    header.update({"measured": True, "iterations": K, "mean_staleness": 0.0,
+                   "wall_s": max(e[0] for log in logs for e in log) - epoch0})
+    tracemod.write(tb.build(header), os.path.join(out, "trace.ddlt"))
+    torch.save(torch.stack([x / w for x, w in finals]), os.path.join(out, "weights.pt"))
+
+
+def _merge(point: dict[str, Any], logs: list[list[tuple]], K: int, epoch0: float) -> TraceBuilder:
+    """One trace from the nodes' logs, in time order (allreduce: round by round)."""
+    n, mu, spe = point["cluster"]["learners"], point["cluster"]["minibatch"], point["workload"]["samples_per_epoch"]
+    tb = TraceBuilder()
+    every = spe / point["workload"]["evals_per_epoch"]
+    state = {"samples": 0, "next": every}
+    tb.eval(-1, -1, 0.0, 0.0)
+
+    def maybe_eval(t: float) -> None:
+        if state["samples"] >= state["next"] - 1e-9:
+            tb.eval(-1, -1, t, state["samples"] / spe)
+            while state["next"] <= state["samples"] + 1e-9:
+                state["next"] += every
+
+    if point["protocol"]["name"] == "allreduce":
+        for k in range(K):
+            gops = []
+            for i in range(n):
+                t1, _, node_i, v, start, kk, t0 = logs[i][2 * k]
+                gops.append(tb.grad(i, i, v, start, mu, kk, t0 - epoch0, t1 - epoch0, state["samples"] / spe))
+            t = max(logs[i][2 * k + 1][0] for i in range(n)) - epoch0
+            state["samples"] += n * mu
+            epoch = state["samples"] / spe
+            tb.apply(0, k, gops, [1.0 / n] * n, [0] * n, t, epoch)
+            for i in range(1, n):
+                tb.mix(i, k, 0, k + 1, 1.0, 0.0, t, t, epoch)
+            maybe_eval(t)
+    else:
+        events = sorted(((e[0], i, s, e) for i, log in enumerate(logs) for s, e in enumerate(log)))
+        last_grad: dict[int, int] = {}
+        for t_abs, i, _, e in events:
+            t = t_abs - epoch0
+            if e[1] == "grad":
+                _, _, node_i, v, start, k, t0 = e
+                last_grad[i] = tb.grad(i, i, v, start, mu, k, t0 - epoch0, t, state["samples"] / spe)
+            elif e[1] == "apply":
+                state["samples"] += mu
+                tb.apply(i, e[2], (last_grad.pop(i),), (1.0,), (0,), t, e[3])
+                maybe_eval(t)
+            else:
+                _, _, node_i, v, src, src_v, coef, self_coef = e
+                tb.mix(i, v, src, src_v, coef, self_coef, t, t, state["samples"] / spe)
+    if tb.kinds[-1] != 3:
+        tb.eval(-1, -1, max(e[0] for log in logs for e in log) - epoch0, state["samples"] / spe)
+    return tb
