@@ -510,10 +510,16 @@ def summarize(curves: list[dict[str, Any]], target_error: float, diverged: bool,
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """``device``, or cuda when available, else cpu."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device``, or cuda when available, else cpu; an unavailable cuda is a BackendError."""
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise BackendError(f"device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BackendError(f"device {device!r} requested but CUDA is not available here")
+    return dev
 
 
 class ReplayBackend:

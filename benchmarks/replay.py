@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ddlsim.backends.base import BackendError
 from ddlsim.backends.optim import Optimizer, mean_staleness
 from ddlsim.backends.replay import Replayer, resolve_device
 from ddlsim.backends.workloads import build_model, load_data
@@ -111,9 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    device = resolve_device(a.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device here")
+    try:
+        device = resolve_device(a.device)
+    except BackendError as e:
+        raise SystemExit(str(e)) from None
     point = load_text(SCENARIO.format(learners=a.learners, minibatch=a.minibatch)).points()[0]
     data = load_data(point, device=device)
     trace = async_trace(a.learners, a.minibatch, a.grads, point["workload"]["samples_per_epoch"], point["seed"])

@@ -349,6 +349,19 @@ def test_summary_time_to_target():
     assert summarize(rows, 0.01, False, None)["time_to_target_s"] is None
 
 
+def test_unavailable_device_is_a_backend_error():
+    from ddlsim.backends.base import BackendError
+    from ddlsim.backends.replay import resolve_device
+
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(BackendError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(BackendError):
+        resolve_device("warp-drive")
+
+
 def test_trace_header_must_carry_data_order():
     from ddlsim.backends.base import BackendError
 

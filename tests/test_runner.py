@@ -50,7 +50,9 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_rows(tmp_path: Path) -> N
     proc.wait()
     done = len(list(cut.glob("runs/*/result.json")))
     assert 3 <= done < 12, "the kill must land mid-sweep"
-    assert len(rows(cut)) == done  # summary.csv holds exactly the completed points
+    # summary.csv holds the completed points (a kill between a point's result.json and the
+    # rewrite of summary.csv leaves that one point out until the resume)
+    assert len(rows(cut)) in (done - 1, done)
     res = subprocess.run(cmd + ["--out", str(cut), "--resume"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert rows(cut) == rows(full)
