@@ -1,8 +1,9 @@
 """Update rules for the trace backends (DESIGN.md, "Learning-rate policies").
 
 Everything here works on *flat* parameter vectors. The update functions are pure: they
-return new tensors and never modify their arguments, so a backend may keep the old
-weights version alive for stale readers. Rules kept:
+return new tensors and never modify their arguments (unless ``own_state=True`` lets them
+update the caller's optimizer state in place, as :class:`Optimizer` does with its own), so
+a backend may keep an old weights version alive for stale readers. Rules kept:
 
 * :func:`sgd_update` is ``torch.optim.SGD`` with dampening 0: ``d = g + wd·x``;
   ``buf ← d + m·buf`` (``buf`` starts at 0, which equals torch's ``buf = d`` on the first
@@ -31,27 +32,35 @@ POLICIES = ("constant", "mean_staleness", "per_gradient")
 
 
 def sgd_update(x: Tensor, g: Tensor, buf: Tensor | None, lr: float, momentum: float = 0.0,
-               nesterov: bool = False, weight_decay: float = 0.0) -> tuple[Tensor, Tensor | None]:
+               nesterov: bool = False, weight_decay: float = 0.0, *,
+               own_state: bool = False) -> tuple[Tensor, Tensor | None]:
     """One SGD step (torch.optim.SGD semantics); return ``(new x, new momentum buffer)``.
 
     ``buf`` None means a zero buffer; with ``momentum == 0`` the buffer stays None.
+    ``own_state``: the caller owns ``buf``, which is then updated in place (saves a copy).
     """
     d = g if weight_decay == 0 else torch.add(g, x, alpha=weight_decay)
     if momentum == 0:
         return torch.add(x, d, alpha=-lr), buf
-    new_buf = d.clone() if buf is None else torch.add(d, buf, alpha=momentum)
+    if buf is None:
+        new_buf = d.clone()
+    else:
+        new_buf = torch.add(d, buf, alpha=momentum, out=buf if own_state else None)
     step = torch.add(d, new_buf, alpha=momentum) if nesterov else new_buf
     return torch.add(x, step, alpha=-lr), new_buf
 
 
 def adagrad_update(x: Tensor, g: Tensor, acc: Tensor | None, lr: float, weight_decay: float = 0.0,
-                   eps: float = ADAGRAD_EPS) -> tuple[Tensor, Tensor]:
+                   eps: float = ADAGRAD_EPS, *, own_state: bool = False) -> tuple[Tensor, Tensor]:
     """One AdaGrad step (torch.optim.Adagrad semantics); return ``(new x, new sum of squares)``.
 
-    ``acc`` None means a zero accumulator.
+    ``acc`` None means a zero accumulator; ``own_state``: ``acc`` is updated in place.
     """
     d = g if weight_decay == 0 else torch.add(g, x, alpha=weight_decay)
-    new_acc = d * d if acc is None else torch.addcmul(acc, d, d)
+    if acc is None:
+        new_acc = d * d
+    else:
+        new_acc = torch.addcmul(acc, d, d, out=acc if own_state else None)
     return torch.addcdiv(x, d, new_acc.sqrt().add_(eps), value=-lr), new_acc
 
 
@@ -121,8 +130,8 @@ class Optimizer:
             g = torch.add(g, x, alpha=wd / w)
             wd = 0.0
         if self.name == "adagrad":
-            new_x, self.state[node] = adagrad_update(x, g, self.state.get(node), lr, wd)
+            new_x, self.state[node] = adagrad_update(x, g, self.state.get(node), lr, wd, own_state=True)
         else:
             new_x, self.state[node] = sgd_update(x, g, self.state.get(node), lr, self.momentum,
-                                                 self.nesterov, wd)
+                                                 self.nesterov, wd, own_state=True)
         return new_x

@@ -183,7 +183,7 @@ class FlatModel:
         if seed is None:
             seed = self._seeds[scale] = torch.tensor(scale, dtype=loss.dtype, device=loss.device)
         loss.backward(seed)
-        return self.grad_buf.clone(), loss.detach()
+        return self.grad_buf.clone(), loss
 
     def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor,
                    scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -263,6 +263,7 @@ class Replayer:
         self._loss_sum = [0.0] * (len(self.plan.evals) + 1)
         self._loss_n = [0] * (len(self.plan.evals) + 1)
         self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
+        self._freed = 0  # states freed so far (a position in plan.free_order)
 
     # -- data ---------------------------------------------------------------------------
     def _perm(self, epoch: int) -> np.ndarray:
@@ -330,7 +331,7 @@ class Replayer:
             xb, yb = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
         g, loss = self.flat.grad(self._z(sid), xb, yb, coef)
         if self._lazy_losses:
-            self._pending.append(([j], loss, self.updates))
+            self._pending.append(([j], loss.detach(), self.updates))
             if len(self._pending) >= PENDING_LOSSES:
                 self._flush_losses()
         else:
@@ -451,8 +452,9 @@ class Replayer:
                                                   "sample_start", "batch_size")]
         cols += [a[lo:hi].tolist() for a in (plan.lead, plan.sid, plan.interval, plan.coef, plan.lr)]
         counts = plan.free_count[lo:hi].tolist()
-        f0 = int(plan.free_count[:lo].sum())
-        free = plan.free_order[f0:f0 + sum(counts)].tolist()
+        f0 = self._freed
+        self._freed += sum(counts)
+        free = plan.free_order[f0:self._freed].tolist()
         offset, fp = plan.offset.tolist(), 0
         for r, (k, nd, ver, s, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
             i = lo + r
@@ -484,6 +486,7 @@ class Replayer:
                 for s in free[fp:fp + c]:
                     del states[s]
                 fp += c
+
     def _mix(self, i: int, offset: list[int]) -> None:
         ops = self.trace.ops
         nd, sc, cf = int(ops["node"][i]), float(ops["self_coef"][i]), float(ops["coef"][i])

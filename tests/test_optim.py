@@ -82,6 +82,18 @@ def test_updates_are_pure():
         assert torch.equal(a, b)
 
 
+def test_own_state_updates_only_the_state_in_place():
+    # rule: own_state lets the optimizer state change in place; x and g never change
+    x, g, buf = t(1.0, 2.0), t(0.3, 0.4), t(0.1, 0.1)
+    keep_x, keep_g = x.clone(), g.clone()
+    new_x, new_buf = sgd_update(x, g, buf, 0.1, momentum=0.9, own_state=True)
+    assert new_buf is buf and torch.allclose(buf, t(0.3 + 0.09, 0.4 + 0.09))
+    assert torch.equal(x, keep_x) and torch.equal(g, keep_g) and new_x is not x
+    acc = t(1.0, 1.0)
+    _, new_acc = adagrad_update(x, g, acc, 0.1, own_state=True)
+    assert new_acc is acc and torch.allclose(acc, t(1.09, 1.16))
+
+
 def test_lr_schedule_by_hand():
     # truth, by hand: α0 = 0.1, warm-up 2 epochs, ×0.1 from epoch 5, then ×0.5 from epoch 8
     cfg = {"lr": 0.1, "warmup_epochs": 2.0, "milestones": [[5, 0.1], [8, 0.5]]}

@@ -269,6 +269,22 @@ def test_version_lifetime_bounded(batched):
     assert rep.grads == {}
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_chunked_execution_is_seamless(monkeypatch, batched):
+    # rule: the hot loop works on chunks of ops; results must not depend on the chunk size
+    from ddlsim.backends import replay as replay_mod
+
+    point = digits_point()
+    trace = async_trace(5, 4, 120, eval_every=40)
+    whole = replayer(trace, point, batched)
+    whole.run()
+    monkeypatch.setattr(replay_mod, "RUN_CHUNK", 7)
+    chunked = replayer(trace, point, batched)
+    chunked.run()
+    assert whole.curves == chunked.curves and torch.equal(final_x(whole), final_x(chunked))
+    assert chunked.peak_live_states == whole.peak_live_states and chunked.states.keys() == whole.states.keys()
+
+
 def test_unconsumed_gradients_not_computed():
     # rule: a gradient no apply consumes (in flight at the end) is never computed
     point = digits_point()
