@@ -362,13 +362,19 @@ def simulated_vs_measured(table: Table) -> Figure:
     ax = fig.add_subplot()
     xs = [p["measured"] for p in pairs]
     ys = [p["simulated"] for p in pairs]
-    ax.scatter(xs, ys, color="tab:blue", zorder=3)
     lo, hi = min(xs + ys), max(xs + ys)
     ends = [lo * 0.8, hi * 1.2] if lo > 0 else [lo - 1, hi + 1]
     ax.plot(ends, ends, color="0.3", linestyle="--", linewidth=1, label="y = x (exact prediction)")
-    for p in pairs:
-        ax.annotate(f"{p['label']}  {100 * p['rel_error']:+.1f}%", (p["measured"], p["simulated"]),
-                    xytext=(5, 5), textcoords="offset points", fontsize=7)
+    if len(pairs) <= 8:  # few runs: name each point with its error
+        ax.scatter(xs, ys, color="tab:blue", zorder=3)
+        for p in pairs:
+            ax.annotate(f"{p['label']}  {100 * p['rel_error']:+.1f}%", (p["measured"], p["simulated"]),
+                        xytext=(5, 5), textcoords="offset points", fontsize=7)
+    else:  # many runs: one colour per protocol, labels would overlap
+        proto = [str(p["label"]).split(" ")[0] for p in pairs]
+        for k, name in enumerate(dict.fromkeys(proto)):
+            sel = [i for i, q in enumerate(proto) if q == name]
+            ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], color=f"C{k}", zorder=3, label=name)
     if use_log(xs + ys):
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -405,10 +405,10 @@ class Replayer:
         return mean.div_(self.nodes)
 
     def consensus_distance(self, mean: Tensor) -> float:
-        """Mean over nodes of ‖z_n − mean‖² for the nodes' latest de-biased states."""
+        """Mean over nodes of ‖z_n − mean‖ (Euclidean) for the nodes' latest de-biased states."""
         total = torch.zeros((), dtype=mean.dtype, device=mean.device)
         for s in self._current:
-            total += (self._z(s) - mean).pow(2).sum()
+            total += torch.linalg.vector_norm(self._z(s) - mean)
         return float(total) / self.nodes
 
     def _eval(self, i: int) -> None:
@@ -540,7 +540,9 @@ class ReplayBackend:
         try:
             data = load_data(point, options.data_dir, options.download, device=device)
             model = build_model(point).to(device)
-            opt = Optimizer(point["optimizer"], mean_staleness(trace.inputs["staleness"]))
+            # a measured (live) trace carries the ⟨σ⟩ its run used; else the trace's own mean
+            sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
+            opt = Optimizer(point["optimizer"], float(sigma))
             rep = Replayer(trace, model, data, opt, batched=options.batched)
             curves = rep.run()
         finally:

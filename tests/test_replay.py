@@ -351,8 +351,8 @@ def test_mix_and_average_eval_formulas():
     assert curves[0]["test_error"] == pytest.approx(_line_error(avg, data), abs=1e-9)
     assert curves[1]["test_error"] == pytest.approx(_line_error((x0 + 0.5 * x1) / 1.5, data), abs=1e-9)
     assert curves[0]["updates"] == 1
-    # consensus distance = mean_n ‖z_n − z̄‖² = ‖z0 − z1‖²/4 for two nodes
-    assert curves[0]["consensus_distance"] == pytest.approx(float(((z0 - z1) ** 2).sum()) / 4, rel=1e-5)
+    # consensus distance = mean_n ‖z_n − z̄‖ = ‖z0 − z1‖/2 for two nodes (each is half the gap away)
+    assert curves[0]["consensus_distance"] == pytest.approx(float(((z0 - z1) ** 2).sum()) ** 0.5 / 2, rel=1e-5)
 
 
 # summary, registry-facing backend and the simulator end to end ---------------------------
