@@ -93,7 +93,10 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
     records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
                         resume=args.resume, progress=not args.quiet,
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
-    print_table(records, RUN_TABLE if backend else SIM_TABLE)
+    table = RUN_TABLE if backend else SIM_TABLE
+    swept = [(k, k.split(".")[-1]) for k, _ in scenario.axes
+             if k not in ("protocol.name", "cluster.learners", "cluster.minibatch")]
+    print_table(records, table[:4] + swept + table[4:])
     print(f"results: {out / 'summary.csv'}")
     if getattr(args, "report", False) and records:
         from ..analysis.report import write_report
