@@ -165,7 +165,6 @@ class FlatModel:
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._loaded: Tensor | None = None
-        self._seeds: dict[float, Tensor] = {}  # backward seeds, one per distinct scale
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
@@ -175,23 +174,25 @@ class FlatModel:
 
     def grad(self, z: Tensor, xb: Tensor, yb: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
         """``scale`` × the flat gradient (a new tensor) of the mean cross-entropy of (xb, yb)
-        at ``z``, and that loss."""
+        at ``z``, and that loss. The scale multiplies the finished gradient (not the backward
+        seed), so the result is bit-identical to a live server's ``gradient × scale``."""
         self.load(z)
         self.grad_buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
-        seed = self._seeds.get(scale)
-        if seed is None:
-            seed = self._seeds[scale] = torch.tensor(scale, dtype=loss.dtype, device=loss.device)
-        loss.backward(seed)
-        return self.grad_buf.clone(), loss
+        loss.backward()
+        g = self.grad_buf.clone()
+        return (g if scale == 1.0 else g.mul_(scale)), loss
 
-    def grad_batch(self, zs: list[Tensor], xb: Tensor, yb: Tensor,
+    def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
                    scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Gradients (B, P), row b scaled by ``scale[b]`` (default 1), and losses (B,) of
-        minibatch b at ``zs[b]`` (one vmap call). ``zs`` of length 1: all read the same weights.
+        minibatch b at ``zs[b]`` (one vmap call). ``zs`` of length 1: all read the same weights;
+        a (B, P) tensor: the weights already stacked (it is used as is, not copied).
         """
         b = xb.shape[0]
-        if len(zs) == 1:
+        if isinstance(zs, Tensor):
+            stacked = zs.detach().requires_grad_()
+        elif len(zs) == 1:
             stacked = zs[0].detach().requires_grad_().expand(b, self.size)
         else:
             stacked = torch.stack(zs).requires_grad_()
@@ -264,6 +265,12 @@ class Replayer:
         self._loss_n = [0] * (len(self.plan.evals) + 1)
         self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
         self._freed = 0  # states freed so far (a position in plan.free_order)
+        self._hooked = type(self).on_grad_reads is not Replayer.on_grad_reads
+
+    def on_grad_reads(self, ops: list[int], x: Tensor, w: list[float]) -> None:
+        """Hook, a no-op here: called before the gradients of grad ops ``ops`` are computed,
+        with the PushSum numerators ``x`` (one row per op; do not modify, clone to keep) and
+        weights ``w`` of the versions they read. Tests subclass it to observe the states."""
 
     # -- data ---------------------------------------------------------------------------
     def _perm(self, epoch: int) -> np.ndarray:
@@ -273,6 +280,19 @@ class Replayer:
                 self._perms.pop(min(self._perms))
             p = self._perms[epoch] = permutation(self.seed, epoch, self.spe)
         return p
+
+    def batch_data(self, starts: np.ndarray, size: int) -> tuple[Tensor, Tensor]:
+        """Inputs (B, size, …) and labels (B, size) of the minibatches at stream positions
+        ``starts``: slices of the cached epoch order when they all lie in one epoch, else a gather."""
+        e, off = np.divmod(starts, self.spe)
+        e0 = int(e[0])
+        if self._copy_epochs and (e == e0).all() and int(off.max()) + size <= self.spe:
+            xs, ys = self._epoch_cache.get(e0) or self._epoch_data(e0)
+            idx = torch.from_numpy((off[:, None] + np.arange(size)).ravel()).to(self.device)
+            return (xs.index_select(0, idx).view(len(starts), size, *xs.shape[1:]),
+                    ys.index_select(0, idx).view(len(starts), size))
+        idx = torch.from_numpy(self.sample_indices(starts, size)).to(self.device)
+        return self.data.train_x[idx], self.data.train_y[idx]
 
     def sample_indices(self, starts: np.ndarray, size: int) -> np.ndarray:
         """Rows (len(starts), size) of the minibatches at stream positions ``starts``
@@ -304,12 +324,15 @@ class Replayer:
         plan, gops = self.plan, self.plan.batches[b]
         ops, data = self.trace.ops, self.data
         size = int(ops["batch_size"][gops[0]])
-        idx = torch.from_numpy(self.sample_indices(ops["sample_start"][gops], size)).to(self.device)
+        xb, yb = self.batch_data(ops["sample_start"][gops], size)
         sids = plan.sid[gops].tolist()
         zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
+        if self._hooked:
+            self.on_grad_reads(gops.tolist(), torch.stack([self.states[s][0] for s in sids]),
+                               [self.states[s][1] for s in sids])
         coef = plan.coef[gops]
         scale = torch.from_numpy(coef).to(data.train_x) if (coef != 1.0).any() else None
-        g, lt = self.flat.grad_batch(zs, data.train_x[idx], data.train_y[idx], scale)
+        g, lt = self.flat.grad_batch(zs, xb, yb, scale)
         if self._lazy_losses:
             self._pending.append((plan.interval[gops].tolist(), lt, self.updates))
             if len(self._pending) >= PENDING_LOSSES:
@@ -329,6 +352,9 @@ class Replayer:
         else:
             idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
             xb, yb = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
+        if self._hooked:
+            x, w = self.states[sid]
+            self.on_grad_reads([op], x.unsqueeze(0), [w])
         g, loss = self.flat.grad(self._z(sid), xb, yb, coef)
         if self._lazy_losses:
             self._pending.append(([j], loss.detach(), self.updates))
