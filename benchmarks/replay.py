@@ -7,8 +7,14 @@ SGD with momentum). The plain loop computes the same minibatch gradients one by 
 
 Targets: one-at-a-time replay ≥ 0.9× the plain loop, batched replay ≥ 3×.
 
+Gossip case (``--gossip``): simulated 8-node SGP traces (1 peer, μ = 16, 20 epochs of
+digits, SGD momentum 0.9), with and without stragglers and overlap, replayed by the generic
+interpreter (batched) and by the stacked replay; gradients per second, vmap calls, and what
+the default ("auto") mode picks.
+
     python benchmarks/replay.py
     python benchmarks/replay.py --device cuda --grads 6000
+    python benchmarks/replay.py --gossip [--nodes 8]
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import torch.nn.functional as F
 
 from ddlsim.backends.base import BackendError
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import Replayer, resolve_device
+from ddlsim.backends.replay import Replayer, make_replayer, resolve_device
+from ddlsim.backends.replay_stacked import StackedReplayer
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.scenarios.load import load_text
 from ddlsim.simulator.dataorder import SampleStream, shard_start
+from ddlsim.simulator.run import simulate
 from ddlsim.simulator.trace import GRAD, Trace, TraceBuilder
 
 SCENARIO = """
@@ -102,6 +110,65 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+GOSSIP = """
+seed = 0
+[workload]
+dataset = "digits"
+model = "mlp"
+epochs = 20
+evals_per_epoch = 1
+[optimizer]
+name = "sgd"
+lr = 0.1
+momentum = 0.9
+[cluster]
+learners = {nodes}
+minibatch = 16
+[cluster.stragglers]
+fraction = {fraction}
+slowdown = 2.0
+[protocol]
+name = "sgp"
+peers = 1
+overlap = {overlap}
+"""
+
+
+def gossip(a: argparse.Namespace, device: torch.device) -> None:
+    """Generic (batched) against stacked replay of 8-node SGP traces."""
+    print(f"device {device}, threads {torch.get_num_threads()}, digits MLP, SGP {a.nodes} nodes, 1 peer, "
+          f"μ=16, 20 epochs, best of {a.repeats}")
+    print(f"{'trace':34s} {'generic':>14s} {'stacked':>14s} {'ratio':>6s}  {'vmap calls g/s':>14s}  auto picks")
+    for fraction, overlap in ((0.0, 0), (0.0, 1), (0.25, 0), (0.25, 1)):
+        point = load_text(GOSSIP.format(nodes=a.nodes, fraction=fraction, overlap=overlap)).points()[0]
+        data = load_data(point, device=device)
+        trace = simulate(point).trace
+        n = int((trace.ops["kind"] == GRAD).sum())
+
+        def once(cls: type) -> tuple[float, Replayer]:
+            model = build_model(point).to(device)
+            _sync(device)
+            t = time.perf_counter()
+            rep = cls(trace, model, data, Optimizer(point["optimizer"], 0.0))
+            rep.run()
+            _sync(device)
+            return time.perf_counter() - t, rep
+
+        once(Replayer), once(StackedReplayer)  # warm-up
+        best = {Replayer: np.inf, StackedReplayer: np.inf}
+        reps: dict[type, Replayer] = {}
+        for _ in range(a.repeats):
+            for cls in best:
+                dt, reps[cls] = once(cls)
+                best[cls] = min(best[cls], dt)
+        auto = make_replayer(trace, build_model(point).to(device), data, Optimizer(point["optimizer"], 0.0))
+        g, s = n / best[Replayer], n / best[StackedReplayer]
+        calls = f"{reps[Replayer].plan.calls}/{reps[StackedReplayer].grad_calls}"
+        name = f"stragglers {fraction:.2f}, overlap τ={overlap}"
+        print(f"{name:34s} {g:8.0f} grad/s {s:8.0f} grad/s {s / g:5.2f}×  {calls:>14s}  "
+              f"{'stacked' if isinstance(auto, StackedReplayer) else 'generic'}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu | cuda (default cpu)")
@@ -110,12 +177,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grads", type=int, default=3000, help="gradients in the trace")
     ap.add_argument("--repeats", type=int, default=5, help="best of this many timings")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gossip", action="store_true", help="the 8-node SGP case: generic against stacked replay")
+    ap.add_argument("--nodes", type=int, default=8, help="gossip case: nodes")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     try:
         device = resolve_device(a.device)
     except BackendError as e:
         raise SystemExit(str(e)) from None
+    if a.gossip:
+        gossip(a, device)
+        return
     point = load_text(SCENARIO.format(learners=a.learners, minibatch=a.minibatch)).points()[0]
     data = load_data(point, device=device)
     trace = async_trace(a.learners, a.minibatch, a.grads, point["workload"]["samples_per_epoch"], point["seed"])
