@@ -112,6 +112,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = _load(args)
     name = args.backend or scenario.base["backend"]
     get_backend(name)  # unknown names fail before any work
+    if args.device:
+        from ..backends.replay import resolve_device
+
+        resolve_device(args.device)  # an unknown or unavailable device, too
     return cmd_simulate(args, backend=name)
 
 
