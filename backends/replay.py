@@ -185,8 +185,7 @@ class FlatModel:
         self.grad_buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
         loss.backward()
-        g = self.grad_buf.clone()
-        return (g if scale == 1.0 else g.mul_(scale)), loss
+        return (self.grad_buf.clone() if scale == 1.0 else self.grad_buf * scale), loss
 
     def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
                    scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
