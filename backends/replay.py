@@ -582,8 +582,10 @@ def resolve_device(device: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
-    except RuntimeError as e:
-        raise BackendError(f"device {device!r}: {e}") from None
+    except RuntimeError:
+        raise BackendError(f"device {device!r}: not a device (use cpu, cuda or cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise BackendError(f"device {device!r}: ddlsim runs on cpu or cuda")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise BackendError(f"device {device!r} requested but CUDA is not available here")
     return dev

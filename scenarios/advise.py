@@ -620,12 +620,16 @@ def _advice_csv(adv: Advice) -> bytes:
 
 # -- command line ------------------------------------------------------------------------------
 def cmd_advise(args: argparse.Namespace) -> int:
-    from .cli import resolve_scenario
+    from .cli import resolve_scenario, safe_name
     from .load import load
 
     check_goal(args.budget_s, args.target_error, args.replay, args.jobs)
     scenario = load(resolve_scenario(args.scenario), args.set)
-    out = Path(args.out) if args.out else Path("results") / f"{scenario.base['name']}-advise"
+    if args.device:
+        from ..backends.replay import resolve_device
+
+        resolve_device(args.device)  # an unknown or unavailable device fails before any work
+    out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-advise"
     options = {"device": args.device, "data_dir": args.data_dir, "download": args.download}
     adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,
                  replay=args.replay, jobs=args.jobs, resume=args.resume, progress=not args.quiet,

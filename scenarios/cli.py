@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,8 +42,32 @@ def _load(args: argparse.Namespace) -> Any:
     return load(resolve_scenario(args.scenario), args.set)
 
 
+def safe_name(name: str) -> str:
+    """A scenario name usable as one directory name (no separators, no control characters)."""
+    clean = re.sub(r"[^\w.+-]", "_", name).strip(".") or "scenario"
+    return clean[:100]
+
+
 def _out_dir(args: argparse.Namespace, scenario: Any) -> Path:
-    return Path(args.out) if args.out else Path("results") / scenario.base["name"]
+    """``--out``, or results/<scenario name>; refuse a file, or another scenario's results."""
+    out = Path(args.out) if args.out else Path("results") / safe_name(scenario.base["name"])
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    other = _results_of(out)
+    if other is not None and other != scenario.base["name"] and not getattr(args, "force", False):
+        raise UsageError(f"--out {out}: holds the results of scenario {other!r}; choose another --out "
+                         "or pass --force to replace its tables")
+    return out
+
+
+def _results_of(out: Path) -> str | None:
+    """Name of the scenario whose results ``out`` holds, if any."""
+    import json
+
+    try:
+        return json.loads((out / "scenario.json").read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _fmt(v: Any, width: int = 10) -> str:
@@ -153,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--executor", choices=("local", "dask"), default="local")
         p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask)")
+        p.add_argument("--force", action="store_true",
+                       help="write into a results directory that holds another scenario's results")
 
     p = sub.add_parser("simulate", help="predict runtime and staleness for every sweep point")
     scenario_args(p)
@@ -190,17 +218,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..simulator.trace import TraceError
 
     args = build_parser().parse_args(argv)
-    if args.command in ("simulate", "run") and args.jobs is not None and args.jobs < 1:
-        print(f"ddlsim: error: --jobs = {args.jobs}: must be ≥ 1", file=sys.stderr)
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and not 1 <= jobs <= 4096:
+        print(f"ddlsim: error: --jobs = {jobs}: must be between 1 and 4096", file=sys.stderr)
         return 2
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
     try:
         return int(args.func(args) or 0)
     except (ScenarioError, TraceError, BackendError, ProfileError, UsageError) as e:
         print(f"ddlsim: error: {e}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as e:
+        print(f"ddlsim: error: a file is not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
+        return 2
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"ddlsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("ddlsim: interrupted; completed runs are kept (rerun with --resume)", file=sys.stderr)
+        print("\nddlsim: interrupted; completed runs are kept (rerun with --resume)", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM ends a command like Ctrl-C: completed runs kept, workers stopped."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -42,7 +42,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: expected comma-separated integers") from None
     if not sizes or min(sizes) < 1:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≥ 1")
+    if max(sizes) > 1_000_000:
+        raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≤ 1000000")
+    from ..backends.replay import resolve_device
+
+    resolve_device(args.device)
     out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
+    if out.is_dir():
+        raise ScenarioError(f"--out {out}: is a directory; name the profile file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a"):  # writable? (fails now, not after the measurements)
+        pass
     m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network)
     for mu, s in zip(m["minibatch"], m["seconds"]):
         print(f"μ = {mu:5d}: {s * 1e3:9.3f} ms per minibatch")

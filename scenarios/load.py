@@ -28,6 +28,8 @@ from ..simulator.compute import ProfileError, load_profile
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
 
 TRACE_SCHEMA_VERSION = 1
+MAX_POINTS = 100_000
+MAX_FILE_BYTES = 1 << 20
 
 
 @dataclass
@@ -44,6 +46,8 @@ class Scenario:
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"{value:.3g}"
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, float) and math.isnan(value):
@@ -72,6 +76,9 @@ def _unknown(where: str, key: str) -> ScenarioError:
 def _validated(where: str, key: str, value: Any) -> Any:
     f = FIELD_BY_KEY.get(key)
     if f is None:
+        if key in SECTIONS:
+            raise ScenarioError(f"{where}: '{key}' is a table, not a value: set its keys, "
+                                f"e.g. '{next(k for k in FIELD_BY_KEY if k.startswith(key + '.'))}'")
         raise _unknown(where, key)
     if isinstance(value, dict):
         raise ScenarioError(f"{where}: key '{key}' = table: expected a {f.kind}")
@@ -90,7 +97,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(f"--set {text!r}: empty key")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         value = raw
     return key, value
 
@@ -105,6 +112,8 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: invalid TOML: {e}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     base = defaults()
     axes: dict[str, list[Any]] = {}
     sweep = raw.pop("sweep", {})
@@ -118,7 +127,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
             raise _unknown(where, key)
         if not isinstance(values, list) or not values:
             raise ScenarioError(f"{where} key '{key}' = {_fmt(values)}: expected a non-empty array")
-        axes[key] = [_validated(f"{path}: [sweep] '{key}'", key, v) for v in values]
+        axes[key] = _axis(f"{path}: [sweep] '{key}'", key, values)
     for text_kv in overrides or []:
         key, value = parse_override(text_kv)
         where = f"--set {key}"
@@ -127,23 +136,44 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
             value = value if isinstance(value, list) else [value]
         f = FIELD_BY_KEY.get(key)
         if f is None:
-            raise _unknown("--set", key)
+            _validated("--set", key, value)  # says what is wrong with the key
         if isinstance(value, list) and f.kind != "list":
             if not value:
                 raise ScenarioError(f"{where} = []: expected a non-empty array")
-            axes[key] = [_validated(where, key, v) for v in value]
+            axes[key] = _axis(where, key, value)
         else:
             axes.pop(key, None)
             set_dotted(base, key, _validated(where, key, value))
+    size = 1
+    for values in axes.values():
+        size *= len(values)
+    if size > MAX_POINTS:
+        raise ScenarioError(f"{path}: the sweep has {size:,} points (more than {MAX_POINTS:,}); "
+                            "split it into several scenarios")
     scenario = Scenario(path, base, list(axes.items()))
     _resolve_profile(scenario, folder or Path.cwd())
     scenario.points()  # validate every point now, so errors come before any work
     return scenario
 
 
+def _axis(where: str, key: str, values: list[Any]) -> list[Any]:
+    """A validated sweep axis; a value listed twice would make two identical runs."""
+    out = [_validated(where, key, v) for v in values]
+    seen: list[Any] = []
+    for v in out:
+        if v in seen:
+            raise ScenarioError(f"{where}: key '{key}' lists {_fmt(v)} twice")
+        seen.append(v)
+    return out
+
+
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate the scenario file at ``path``."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise ScenarioError(f"{p}: not a regular file")
+    if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+        raise ScenarioError(f"{p}: {p.stat().st_size:,} bytes is too large for a scenario file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

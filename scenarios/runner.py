@@ -39,6 +39,8 @@ SIM_COLUMNS = ["gradients", "updates", "sim_time_s", "gradients_per_s", "stalene
 BACKEND_COLUMNS = ["final_test_error", "best_test_error", "time_to_target_s", "diverged"]
 COVERED = ["protocol.name", "cluster.learners", "cluster.minibatch", "protocol.n"]
 TAIL = ["error", "wall_s"]
+TABLE_EVERY_S = 1.0
+TABLE_EVERY_POINT_UP_TO = 200
 CURVE_COLUMNS = ["run_id", "epoch", "updates", "sim_time_s", "test_error", "train_loss"]
 
 
@@ -216,12 +218,17 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = 
     bar = _progress(len(points), len(points) - len(todo), progress)
     failed = 0
 
+    last_write = 0.0
+
     def finish(idx: int, record: dict[str, Any]) -> None:
-        nonlocal failed
+        nonlocal failed, last_write
         store_result(out, record)
         records[idx] = record
         failed += record["row"].get("error") is not None
-        write_tables(out, [r for r in records if r is not None])
+        # small sweeps rewrite the tables after every point; large ones at most once a second
+        if len(points) <= TABLE_EVERY_POINT_UP_TO or time.monotonic() - last_write >= TABLE_EVERY_S:
+            write_tables(out, [r for r in records if r is not None])
+            last_write = time.monotonic()
         if on_record:
             on_record(record)
         left = sum(r is None for r in records)
@@ -229,17 +236,36 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = 
         bar.update(1)
 
     if todo and (jobs == 1 or len(todo) == 1) and executor == "local":
-        for idx in todo:
-            finish(idx, run_task(tasks[idx]))
+        try:
+            for idx in todo:
+                finish(idx, run_task(tasks[idx]))
+        except BaseException:
+            write_tables(out, [r for r in records if r is not None])
+            raise
     elif todo:
-        with make_executor(executor, jobs, scheduler) as ex:
+        ex = make_executor(executor, jobs, scheduler)
+        try:
             futures: dict[Future, int] = {ex.submit(run_task, tasks[idx]): idx for idx in todo}
             for fut in as_completed(futures):
                 finish(futures[fut], fut.result())
+        except BaseException:  # Ctrl-C, SIGTERM: keep what is stored, stop the workers now
+            write_tables(out, [r for r in records if r is not None])
+            _stop(ex)
+            raise
+        ex.shutdown(wait=True)
     bar.close()
     done = [r for r in records if r is not None]
     write_tables(out, done)
     return done
+
+
+def _stop(ex: Executor) -> None:
+    """Cancel pending points and end the worker processes without waiting for them."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())  # ProcessPoolExecutor's workers
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    ex.shutdown(wait=False, cancel_futures=True)
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

@@ -46,9 +46,11 @@ def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
     if not profile:
         return p
     try:
-        data = tomllib.loads(Path(profile).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ScenarioError(f"--profile {profile}: cannot read the calibrated profile ({e})") from None
+    if not isinstance(data.get("network", {}), dict) or not isinstance(data.get("server", {}), dict):
+        raise ScenarioError(f"--profile {profile}: [network] and [server] must be tables")
     for key, value in data.get("network", {}).items():
         if key in ("latency_s", "bandwidth_Bps") and isinstance(value, (int, float)) and math.isfinite(value):
             p["cluster"]["network"][key] = float(value)
@@ -106,9 +108,12 @@ def validate(scenario: Scenario, out: Path, profile: str | None = None, progress
     """Validate every point of ``scenario``; write the table and the figure into ``out``."""
     from tqdm import tqdm
 
+    points = scenario.points()
+    if profile:
+        apply_profile(points[0], profile)  # a bad profile fails before the first live run
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    for point in tqdm(scenario.points(), desc="validate", unit="run", disable=not progress):
+    for point in tqdm(points, desc="validate", unit="run", disable=not progress):
         rows.append(validate_point(point, profile))
         write_csv(rows, out / "validation.csv")
     fig = figure(rows)

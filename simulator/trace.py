@@ -232,6 +232,10 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
         header = json.loads(body[hstart:hstart + hlen])
     except ValueError:
         raise TraceError(f"{name}: corrupt trace header") from None
+    if hashlib.sha256(body).digest() != digest:
+        raise TraceError(f"{name}: corrupt trace (checksum mismatch)")
+    if not isinstance(header, dict) or not _columns_ok(header.get("columns")):
+        raise TraceError(f"{name}: corrupt trace header (no valid column list)")
     version = header.get("schema_version")
     if version != SCHEMA_VERSION:
         raise TraceError(f"{name}: trace schema version {version!r} is not supported "
@@ -240,8 +244,6 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
     if hstart + hlen + expected != len(body):
         raise TraceError(f"{name}: truncated trace ({len(body) - hstart - hlen} column bytes, "
                          f"header announces {expected})")
-    if hashlib.sha256(body).digest() != digest:
-        raise TraceError(f"{name}: corrupt trace (checksum mismatch)")
     tables: dict[str, dict[str, np.ndarray]] = {"ops": {}, "inputs": {}}
     pos = hstart + hlen
     for c in header["columns"]:
@@ -256,9 +258,20 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
     return trace
 
 
+def _columns_ok(cols: Any) -> bool:
+    """The header's column list is well formed: known tables and dtypes, lengths ≥ 0."""
+    known = {"ops": OP_COLUMNS, "inputs": INPUT_COLUMNS}
+    return isinstance(cols, list) and all(
+        isinstance(c, dict) and c.get("table") in known and c.get("dtype") in ("u1", "i4", "i8", "f8")
+        and isinstance(c.get("length"), int) and c["length"] >= 0 and isinstance(c.get("name"), str)
+        for c in cols)
+
+
 def read(path: str | Path) -> Trace:
     """Read and validate the trace at ``path``."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise TraceError(f"{p}: not a regular file")
     try:
         data = p.read_bytes()
     except FileNotFoundError:
