@@ -559,6 +559,13 @@ def _render(adv: Advice) -> str:
     lines += _table(adv)
     lines.append("")
     a, b = adv.recommendation, adv.runner_up
+    failures = [c for c in adv.candidates if c.replay_error]
+    if failures:  # say why replays failed: a missing data set or device is the usual cause
+        lines.append(f"{len(failures)} replay{'s' * (len(failures) != 1)} failed: {failures[0].label}: "
+                     f"{failures[0].replay_error}")
+    if a is None and failures and not adv.ranking:
+        lines.append("No recommendation: every replay failed (above).")
+        return "\n".join(lines)
     if a is None:
         if adv.mode == "budget":
             first = min((c.first_eval_s() for c in adv.candidates if c.evals), default=math.inf)
