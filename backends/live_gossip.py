@@ -18,7 +18,6 @@ merges the logs by time into one trace after the run.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..simulator.compute import learner_clocks, stragglers
+from ..simulator.gossip import iterations
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
 from ..simulator.mixing import share
 from ..simulator.run import header_for
@@ -38,12 +38,6 @@ from .replay import FlatModel
 from .workloads import build_model, load_data
 
 SUPPORTED = ("allreduce", "sgp")
-
-
-def iterations(point: dict[str, Any]) -> int:
-    """Iterations per node (the simulator's rule)."""
-    n, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
-    return max(1, math.ceil(point["workload"]["epochs"] * point["workload"]["samples_per_epoch"] / (n * mu)))
 
 
 def check_supported(point: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ any-source ``recv``).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -26,6 +25,7 @@ import torch.distributed as dist
 
 from ..simulator.compute import learner_clocks, stragglers
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
+from ..simulator.ps import gradients_per_update, total_gradients
 from ..simulator.run import header_for
 from ..simulator.trace import EVAL, TraceBuilder
 from .optim import Optimizer
@@ -33,21 +33,6 @@ from .replay import FlatModel
 from .workloads import build_model, load_data
 
 HEADER = 6
-
-
-def protocol_c(point: dict[str, Any]) -> int:
-    """Gradients per update (the simulator's rule)."""
-    lam, proto = point["cluster"]["learners"], point["protocol"]
-    return {"hardsync": lam, "softsync": max(1, lam // proto["n"])}.get(proto["name"], 1)
-
-
-def total_gradients(point: dict[str, Any]) -> int:
-    """Gradients in the run (the simulator's rule)."""
-    lam, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
-    samples = point["workload"]["epochs"] * point["workload"]["samples_per_epoch"]
-    if point["protocol"]["name"] == "hardsync":
-        return math.ceil(samples / (lam * mu)) * lam
-    return max(1, math.ceil(samples / mu))
 
 
 def initial_weights(point: dict[str, Any], emulated: bool) -> torch.Tensor:
@@ -67,7 +52,7 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
     name = point["protocol"]["name"]
     hardsync, bound = name == "hardsync", (point["protocol"]["staleness_bound"] if name == "ssp" else -1)
     emulated = point["live"]["compute"] == "emulated"
-    c, total = protocol_c(point), total_gradients(point)
+    c, total = gradients_per_update(point), total_gradients(point)
     x = initial_weights(point, emulated)
     opt = Optimizer(point["optimizer"], mean_sigma)
     tb = TraceBuilder()

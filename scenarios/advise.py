@@ -599,7 +599,7 @@ def _render(adv: Advice) -> str:
                 f"{c.label} (best {_pct(c.error)}{', diverged' if c.diverged else ''})" for c in never) + ".")
     pr = adv.pruned()
     if pr:
-        lines.append(f"Pruned without replay: " + "; ".join(f"{c.label}: {c.note}" for c in pr[:4])
+        lines.append("Pruned without replay: " + "; ".join(f"{c.label}: {c.note}" for c in pr[:4])
                      + (f"; and {len(pr) - 4} more" if len(pr) > 4 else "") + ".")
     lines.append(f"Curves and summary of the replayed runs: {adv.out_dir / 'replay'} "
                  f"(`ddlsim report {adv.out_dir / 'replay'}`).")

@@ -76,6 +76,12 @@ CLOCK_SEED_TAG = 1  # the same compute draws and stragglers as the parameter-ser
 PEER_SEED_TAG = 11  # AD-PSGD's random neighbour choices
 
 
+
+def iterations(point: dict[str, Any]) -> int:
+    """Iterations per node: enough for the epochs at N·μ samples per iteration."""
+    n, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
+    return max(1, math.ceil(point["workload"]["epochs"] * point["workload"]["samples_per_epoch"] / (n * mu)))
+
 class Transport:
     """How bytes move: per-node FIFO NIC out and NIC in, latency and bandwidth.
 
@@ -156,7 +162,7 @@ class GossipRun:
         self.n = n = cl["learners"]
         self.mu = mu = cl["minibatch"]
         self.spe = wl["samples_per_epoch"]
-        self.K = max(1, math.ceil(wl["epochs"] * self.spe / (n * mu)))
+        self.K = iterations(point)
         self.topology = proto["topology"]
         self.peers = proto["peers"]
         self.overlap = proto["overlap"]

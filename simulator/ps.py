@@ -37,6 +37,21 @@ from .resources import FifoServer
 from .trace import EVAL, TraceBuilder
 
 
+def gradients_per_update(point: dict[str, Any]) -> int:
+    """c: hardsync λ, softsync max(1, ⌊λ/n⌋), async and ssp 1."""
+    lam, proto = point["cluster"]["learners"], point["protocol"]
+    return {"hardsync": lam, "softsync": max(1, lam // proto["n"])}.get(proto["name"], 1)
+
+
+def total_gradients(point: dict[str, Any]) -> int:
+    """Gradients of a run: enough for the epochs (hardsync: whole rounds of λ)."""
+    lam, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
+    samples = point["workload"]["epochs"] * point["workload"]["samples_per_epoch"]
+    if point["protocol"]["name"] == "hardsync":
+        return math.ceil(samples / (lam * mu)) * lam
+    return max(1, math.ceil(samples / mu))
+
+
 class PSRun:
     """One simulated parameter-server run; ``run()`` returns the trace builder."""
 
@@ -49,17 +64,8 @@ class PSRun:
         name = proto["name"]
         self.hardsync = name == "hardsync"
         self.ssp_bound = proto["staleness_bound"] if name == "ssp" else -1
-        if name == "hardsync":
-            self.c = lam
-        elif name == "softsync":
-            self.c = max(1, lam // proto["n"])
-        else:
-            self.c = 1
-        samples = wl["epochs"] * self.N
-        if self.hardsync:
-            self.total = math.ceil(samples / (lam * mu)) * lam
-        else:
-            self.total = max(1, math.ceil(samples / mu))
+        self.c = gradients_per_update(point)
+        self.total = total_gradients(point)
         net, srv = cl["network"], cl["server"]
         self.S = srv["shards"]
         self.lat = net["latency_s"]
