@@ -170,6 +170,7 @@ class FlatModel:
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._loaded: Tensor | None = None
+        self._seed = torch.ones((), device=self.work.device)
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
@@ -184,7 +185,7 @@ class FlatModel:
         self.load(z)
         self.grad_buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
-        loss.backward()
+        loss.backward(self._seed)  # a ready seed: backward() would build ones_like(loss) each time
         return (self.grad_buf.clone() if scale == 1.0 else self.grad_buf * scale), loss
 
     def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
