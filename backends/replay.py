@@ -35,6 +35,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+try:  # what Tensor.backward() calls once it has normalised its arguments (docs/replay.md)
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:  # pragma: no cover - another torch: the public path
+    _engine_run_backward = None
+
 from ..simulator.dataorder import permutation
 from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace
 from .base import BackendError, BackendResult, RunOptions
@@ -57,8 +62,10 @@ class Plan:
     States are numbered ``sid = offset[node] + version``. ``free_order`` lists state ids
     by the op after which they are freed (``free_count[i]`` of them after op ``i``); a
     node's latest version lives to the end. ``grads``: the consumed grad ops. Per op:
-    ``lead`` is −2 for a gradient computed alone at its op, ``b ≥ 0`` for the op at which
-    the multi-gradient batch ``batches[b]`` (grad op indices) is computed, −1 otherwise;
+    ``lead`` is −2 for a gradient computed alone at its op, −3 for one computed alone whose
+    apply (its only input) comes before any other gradient is computed (it stays in the
+    model's gradient buffer, scaled in place), ``b ≥ 0`` for the op at which the
+    multi-gradient batch ``batches[b]`` (grad op indices) is computed, −1 otherwise;
     ``sid`` the state a grad reads, ``interval`` the number of evals before it, ``coef``
     the factor weight·scale applied when it is computed (1 unless it is its apply's only
     input); ``lr`` an apply's learning rate. ``coefs``: weight·scale of every apply input.
@@ -80,7 +87,7 @@ class Plan:
     @property
     def calls(self) -> int:
         """Gradient computations: batched calls plus gradients computed alone."""
-        return len(self.batches) + int((self.lead == -2).sum())
+        return len(self.batches) + int((self.lead <= -2).sum())
 
 
 def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP,
@@ -135,6 +142,13 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     coefs = inp["weight"] * opt.scales(inp["staleness"])
     # a gradient that is its apply's only input is scaled once, when it is computed
     single = np.repeat(ops["in_count"][applies] == 1, ops["in_count"][applies])
+    # ... and, computed alone, stays in the gradient buffer if its apply comes first
+    computed = grads[lead[grads] != -1]
+    alone = computed[lead[computed] == -2]
+    nxt = np.append(computed, n)[np.searchsorted(computed, alone, side="right")]
+    sole = np.zeros(n, bool)
+    sole[inp["grad_op"][single]] = True
+    lead[alone[sole[alone] & (consumer[alone] < nxt)]] = -3
     coef = np.ones(n)
     coef[inp["grad_op"][single]] = coefs[single]
     lr = np.zeros(n)
@@ -175,18 +189,30 @@ class FlatModel:
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
         if z is not self._loaded:
-            self.work.detach().copy_(z)
+            self.work.copy_(z)  # work is no autograd leaf: the parameters are views of it
             self._loaded = z
 
-    def grad(self, z: Tensor, xb: Tensor, yb: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
-        """``scale`` × the flat gradient (a new tensor) of the mean cross-entropy of (xb, yb)
-        at ``z``, and that loss. The scale multiplies the finished gradient (not the backward
-        seed), so the result is bit-identical to a live server's ``gradient × scale``."""
-        self.load(z)
-        self.grad_buf.zero_()
+    def grad(self, z: Tensor, xb: Tensor, yb: Tensor, scale: float = 1.0,
+             in_place: bool = False) -> tuple[Tensor, Tensor]:
+        """``scale`` × the flat gradient of the mean cross-entropy of (xb, yb) at ``z``, and
+        that loss. The gradient is a new tensor, or with ``in_place`` the model's gradient
+        buffer itself (valid until the next call). The scale multiplies the finished
+        gradient (not the backward seed), so the result is bit-identical to a live server's
+        ``gradient × scale``."""
+        if z is not self._loaded:  # = self.load(z), inlined: this is the hot path
+            self.work.copy_(z)
+            self._loaded = z
+        buf = self.grad_buf
+        buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
-        loss.backward(self._seed)  # a ready seed: backward() would build ones_like(loss) each time
-        return (self.grad_buf.clone() if scale == 1.0 else self.grad_buf * scale), loss
+        if _engine_run_backward is not None:  # = loss.backward(seed) without ~20 µs of checks
+            _engine_run_backward((loss,), (self._seed,), False, False, (),
+                                 allow_unreachable=True, accumulate_grad=True)
+        else:
+            loss.backward(self._seed)
+        if in_place:
+            return (buf if scale == 1.0 else buf.mul_(scale)), loss
+        return (buf.clone() if scale == 1.0 else buf * scale), loss
 
     def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
                    scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -342,8 +368,10 @@ class Replayer:
             self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
-    def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float) -> None:
-        """Compute the gradient of grad op ``op`` alone (plain autograd; the lean path)."""
+    def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float,
+                     in_place: bool = False) -> None:
+        """Compute the gradient of grad op ``op`` alone (plain autograd; the lean path);
+        ``in_place``: leave it in the model's gradient buffer (its apply comes first)."""
         e, off = divmod(start, self.spe)
         if off + size <= self.spe and self._copy_epochs:
             xs, ys = self._epoch_cache.get(e) or self._epoch_data(e)
@@ -351,10 +379,10 @@ class Replayer:
         else:
             idx = torch.from_numpy(self.sample_indices(np.array([start]), size)[0]).to(self.device)
             xb, yb = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
+        x, w = self.states[sid]
         if self._hooked:
-            x, w = self.states[sid]
             self.on_grad_reads([op], x.unsqueeze(0), [w])
-        g, loss = self.flat.grad(self._z(sid), xb, yb, coef)
+        g, loss = self.flat.grad(x if w == 1.0 else x / w, xb, yb, coef, in_place)
         if self._lazy_losses:
             self._pending.append(([j], loss.detach(), self.updates))
             if len(self._pending) >= PENDING_LOSSES:
@@ -475,29 +503,33 @@ class Replayer:
         pop, step, current, grad_op = self.grads.pop, self.opt.step, self._current, self.trace.inputs["grad_op"]
         cols = [ops[c][lo:hi].tolist() for c in ("kind", "node", "version", "in_start", "in_count",
                                                   "sample_start", "batch_size")]
+        first = ops["in_start"][lo:hi]  # an apply's first input's grad op (−1: no inputs)
+        cols[3] = np.where(ops["in_count"][lo:hi] > 0, grad_op[np.minimum(first, max(0, len(grad_op) - 1))]
+                           if len(grad_op) else -1, -1).tolist()
         cols += [a[lo:hi].tolist() for a in (plan.lead, plan.sid, plan.interval, plan.coef, plan.lr)]
         counts = plan.free_count[lo:hi].tolist()
         f0 = self._freed
         self._freed += sum(counts)
         free = plan.free_order[f0:self._freed].tolist()
         offset, fp = plan.offset.tolist(), 0
-        for r, (k, nd, ver, s, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
+        starts = ops["in_start"][lo:hi]
+        for r, (k, nd, ver, g0, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
             i = lo + r
             if k == APPLY:
                 sid = offset[nd] + ver
                 x, w = states[sid]
                 if c == 1:  # its coefficient was applied when it was computed
-                    g, row = pop(int(grad_op[s]))
+                    g, row = pop(g0)
                     if row >= 0:
                         g = g[row]
                 else:
-                    g = self._combined_grad(s, c)
+                    g = self._combined_grad(int(starts[r]), c)
                 states[sid + 1] = (step(nd, x, g, lr, w), w)
                 current[nd] = sid + 1
                 self.updates += 1
             elif k == GRAD:
-                if lead == -2:
-                    self._compute_one(i, start, size, sid, j, coef)
+                if lead <= -2:
+                    self._compute_one(i, start, size, sid, j, coef, lead == -3)
                 elif lead >= 0:
                     self._compute_batch(lead)
             elif k == MIX:
@@ -508,8 +540,8 @@ class Replayer:
                 self.peak_live_states = len(states)
             c = counts[r]
             if c:
-                for s in free[fp:fp + c]:
-                    del states[s]
+                for f in free[fp:fp + c]:
+                    del states[f]
                 fp += c
 
     def _mix(self, i: int, offset: list[int]) -> None:

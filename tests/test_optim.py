@@ -54,15 +54,16 @@ def test_adagrad_two_steps_by_hand():
     assert torch.allclose(x, t(0.9 - 0.1 / math.sqrt(5.0)))
 
 
-@pytest.mark.parametrize("name", ["sgd", "nesterov", "adagrad"])
-def test_matches_torch_optim(name):
+@pytest.mark.parametrize("name, wd", [("sgd", 0.01), ("sgd", 0.0), ("nesterov", 0.01), ("adagrad", 0.01)])
+def test_matches_torch_optim(name, wd):
     # truth: torch.optim.SGD / torch.optim.Adagrad on the same gradient sequence
+    # (sgd without weight decay is Optimizer.step's short path)
     gen = torch.Generator().manual_seed(3)
     p = torch.nn.Parameter(torch.randn(7, generator=gen, dtype=torch.float64))
     x = p.detach().clone()
-    cfg = {"name": name, "lr": 0.05, "momentum": 0.8, "weight_decay": 0.01, "lr_policy": "constant"}
-    ref = (torch.optim.Adagrad([p], lr=0.05, weight_decay=0.01) if name == "adagrad" else
-           torch.optim.SGD([p], lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=name == "nesterov"))
+    cfg = {"name": name, "lr": 0.05, "momentum": 0.8, "weight_decay": wd, "lr_policy": "constant"}
+    ref = (torch.optim.Adagrad([p], lr=0.05, weight_decay=wd) if name == "adagrad" else
+           torch.optim.SGD([p], lr=0.05, momentum=0.8, weight_decay=wd, nesterov=name == "nesterov"))
     opt = Optimizer(cfg)
     for _ in range(5):
         g = torch.randn(7, generator=gen, dtype=torch.float64)
@@ -139,3 +140,17 @@ def test_weight_decay_acts_on_debiased_weights():
     # truth, by hand: PushSum state x = 4, w = 2 → z = 2; d = g + wd·z = 1 + 0.5·2 = 2; x − 0.1·2
     opt = Optimizer({"name": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.5})
     assert torch.allclose(opt.step(0, t(4.0), t(1.0), 0.1, w=2.0), t(3.8))
+
+
+def test_short_path_is_bit_identical_to_sgd_update():
+    # rule: Optimizer.step's momentum-only path computes exactly sgd_update (float32 bits)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(50, generator=gen)
+    opt = Optimizer({"name": "sgd", "lr": 0.1, "momentum": 0.9})
+    assert opt._momentum_only
+    ref_x, buf = x.clone(), None
+    for k in range(4):
+        g = torch.randn(50, generator=gen)
+        x = opt.step(0, x, g, 0.1 / (k + 1))
+        ref_x, buf = sgd_update(ref_x, g, buf, 0.1 / (k + 1), momentum=0.9)
+        assert torch.equal(x, ref_x) and torch.equal(opt.state[0], buf)

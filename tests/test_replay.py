@@ -177,6 +177,37 @@ def test_stale_gradients_per_gradient_policy_linear(batched):
     assert [r["updates"] for r in curves] == [2, 4]
 
 
+def test_gradient_left_in_buffer_only_when_its_apply_comes_first():
+    # truth: numpy closed form; rule: a gradient stays in the model's gradient buffer (lead −3)
+    # only if its apply runs before the next gradient is computed, else it is copied (−2)
+    xs, ys, data, model, theta0 = _linear_setup()
+    tb = TraceBuilder()
+    A = tb.grad(0, 0, 0, 0, 2, 0, 0, 1, 0)          # computed before A's apply: B follows
+    B = tb.grad(1, 0, 0, 2, 2, 0, 0, 1, 0)
+    tb.apply(0, 0, [A], [1.0], [0], 1, 0.25)        # v1 = v0 − α·gA
+    tb.apply(0, 1, [B], [1.0], [1], 2, 0.5)         # v2 = v1 − α·gB (σ = 1, constant policy)
+    C = tb.grad(0, 0, 2, 4, 2, 1, 2, 3, 0.5)
+    tb.eval(0, 2, 2, 0.5)                           # an eval between C and its apply
+    tb.apply(0, 2, [C], [1.0], [0], 3, 0.75)        # v3 = v2 − α·gC
+    tb.eval(0, 3, 3, 0.75)
+    trace = tb.build(header(seed=5, n=8))
+    cfg = {"name": "sgd", "lr": 0.4, "momentum": 0.5, "weight_decay": 0.0, "lr_policy": "constant"}
+    rep = Replayer(trace, model, data, Optimizer(cfg, 0.0), batched=False)
+    rep.run()
+    assert rep.plan.lead[[A, B, C]].tolist() == [-2, -3, -3]
+
+    stream = SampleStream(5, 8)
+    grad = lambda theta, start: _ce_grad(theta, xs[stream.indices(start, 2)], ys[stream.indices(start, 2)])[0]
+    gA, gB = grad(theta0, 0), grad(theta0, 2)
+    buf = gA
+    v1 = theta0 - 0.4 * buf
+    buf = gB + 0.5 * buf
+    v2 = v1 - 0.4 * buf
+    buf = grad(v2, 4) + 0.5 * buf
+    v3 = v2 - 0.4 * buf
+    assert np.allclose(final_x(rep).double().numpy(), v3, atol=1e-6)
+
+
 # (c) ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("model, grads", [("mlp", 150), ("lenet", 60)])
 def test_batched_equals_one_at_a_time(model, grads):
