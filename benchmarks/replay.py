@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ddlsim.backends.base import BackendError
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import Replayer, make_replayer, resolve_device
+from ddlsim.backends.replay import Replayer, _engine_run_backward, make_replayer, resolve_device
 from ddlsim.backends.replay_stacked import StackedReplayer
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.scenarios.load import load_text
@@ -75,8 +75,11 @@ def async_trace(learners: int, minibatch: int, grads: int, n: int, seed: int) ->
     return tb.build({"nodes": 1, "data_seed": seed, "samples_per_epoch": n})
 
 
-def plain_loop(point: dict, data, trace: Trace, device: torch.device) -> float:
-    """Seconds for forward + backward of every grad op's minibatch, one by one."""
+def plain_loop(point: dict, data, trace: Trace, device: torch.device, direct: bool = False) -> float:
+    """Seconds for forward + backward of every grad op's minibatch, one by one.
+
+    ``direct``: call the autograd engine as the replay does (skipping ``Tensor.backward``'s
+    argument checks), to show what part of the replay's margin comes from that."""
     model = build_model(point).to(device)
     ops = trace.ops
     g = np.flatnonzero(ops["kind"] == GRAD)
@@ -84,11 +87,18 @@ def plain_loop(point: dict, data, trace: Trace, device: torch.device) -> float:
     batches = [torch.from_numpy(stream.indices(int(s), int(b))).to(device)
                for s, b in zip(ops["sample_start"][g], ops["batch_size"][g])]
     x, y = data.train_x, data.train_y
+    seed = torch.ones((), device=device)
     _sync(device)
     t = time.perf_counter()
-    for idx in batches:
-        model.zero_grad()
-        F.cross_entropy(model(x[idx]), y[idx]).backward()
+    if direct:
+        for idx in batches:
+            model.zero_grad()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            _engine_run_backward((loss,), (seed,), False, False, (), allow_unreachable=True, accumulate_grad=True)
+    else:
+        for idx in batches:
+            model.zero_grad()
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
     _sync(device)
     return time.perf_counter() - t
 
@@ -196,9 +206,11 @@ def main(argv: list[str] | None = None) -> None:
         replay_once(point, data, async_trace(a.learners, a.minibatch, 200, len(data.train_y), 0),
                     batched, device)
     plain_loop(point, data, trace, device)
-    best = {"plain": np.inf, "single": np.inf, "batched": np.inf}
+    best = {"plain": np.inf, "direct": np.inf, "single": np.inf, "batched": np.inf}
     for _ in range(a.repeats):
         best["plain"] = min(best["plain"], plain_loop(point, data, trace, device))
+        if _engine_run_backward is not None:
+            best["direct"] = min(best["direct"], plain_loop(point, data, trace, device, direct=True))
         best["single"] = min(best["single"], replay_once(point, data, trace, False, device)[0])
         best["batched"] = min(best["batched"], replay_once(point, data, trace, True, device)[0])
     rate = {k: n / v for k, v in best.items()}
@@ -211,6 +223,9 @@ def main(argv: list[str] | None = None) -> None:
           f"ratio {rate['single'] / rate['plain']:.2f}× (target ≥ 0.9×)")
     print(f"replay batched (vmap)   {rate['batched']:9.0f} gradients/s   "
           f"ratio {rate['batched'] / rate['plain']:.2f}× (target ≥ 3×)")
+    if np.isfinite(best["direct"]):
+        print(f"for reference: the plain loop calling the autograd engine directly as the replay does "
+              f"{rate['direct']:.0f} gradients/s; one-at-a-time replay {rate['single'] / rate['direct']:.2f}× of it")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from torch import nn
 
 from ddlsim.backends.base import BackendResult, RunOptions
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import ReplayBackend, Replayer, summarize
+from ddlsim.backends.replay import FlatModel, ReplayBackend, Replayer, summarize
 from ddlsim.backends.workloads import Data, build_model, load_data
 from ddlsim.simulator.catalog import DatasetInfo
 from ddlsim.simulator.dataorder import SampleStream, global_slice_start, shard_start
@@ -222,6 +222,31 @@ def test_batched_equals_one_at_a_time(model, grads):
     for r1, r2 in zip(c1, c2):
         assert r1["test_error"] == pytest.approx(r2["test_error"], abs=1 / 360 + 1e-9)
         assert r1["train_loss"] == pytest.approx(r2["train_loss"], abs=1e-5, nan_ok=True)
+
+
+class _WithUnused(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(3, 2)
+        self.unused = nn.Linear(2, 2)  # never called: its gradient is zero
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def test_batched_gradients_equal_plain_autograd_rows():
+    # truth: plain autograd, one minibatch at a time, scaled afterwards; an unused parameter
+    # gets a zero gradient in both paths
+    torch.manual_seed(0)
+    flat = FlatModel(_WithUnused())
+    zs = [flat.work.clone() + 0.1 * k for k in range(3)]
+    xb, yb = torch.randn(3, 5, 3), torch.randint(0, 2, (3, 5))
+    scale = torch.tensor([1.0, 0.5, 0.25])
+    batch, losses = flat.grad_batch(zs, xb, yb, scale)
+    for k in range(3):
+        g, loss = flat.grad(zs[k], xb[k], yb[k], float(scale[k]))
+        assert torch.allclose(batch[k], g, atol=1e-6) and float(losses[k]) == pytest.approx(float(loss.detach()), abs=1e-6)
+    assert float(batch[:, -6:].abs().max()) == 0.0 and float(batch[:, :8].abs().max()) > 0
 
 
 # (d) ------------------------------------------------------------------------------------
