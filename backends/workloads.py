@@ -33,6 +33,7 @@ DIGITS_SPLIT_SEED = 1797
 TEACHER_SEED = 0x7EAC
 TEACHER_HIDDEN = 64
 DEFAULT_DOWNLOAD_DIR = os.path.join("~", ".cache", "ddlsim", "data")
+_HINT = "pass --data-dir DIR with the files or --download"
 # per-channel mean and std used to standardise the torchvision image sets
 _NORMALIZE = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -64,6 +65,23 @@ def point_dataset_info(point: dict[str, Any]) -> DatasetInfo:
     return dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"])
 
 
+def check_data(point: dict[str, Any], data_dir: str | None = None, download: bool = False) -> None:
+    """Raise the :class:`BackendError` that :func:`load_data` would raise for a data set that
+    cannot be replayed or whose directory is missing (cheap: reads no files), so that a sweep
+    can refuse before any work."""
+    name = point["workload"]["dataset"]
+    if name in ("digits", "teacher"):
+        return
+    if name not in _NORMALIZE:
+        raise BackendError(f"data set {name!r} is simulation-only: it cannot be replayed "
+                           f"(use digits, teacher, cifar10, mnist or fashion_mnist)")
+    if data_dir is None and not download:
+        raise BackendError(f"data set {name!r} needs its files: {_HINT}")
+    root = os.path.expanduser(data_dir or DEFAULT_DOWNLOAD_DIR)
+    if not download and not os.path.isdir(root):
+        raise BackendError(f"data set {name!r}: no directory {root!r}: {_HINT}")
+
+
 def load_data(point: dict[str, Any], data_dir: str | None = None, download: bool = False,
               device: str | torch.device = "cpu") -> Data:
     """Load the point's data set whole onto ``device``."""
@@ -73,11 +91,9 @@ def load_data(point: dict[str, Any], data_dir: str | None = None, download: bool
         data = _digits()
     elif name == "teacher":
         data = _teacher(wl["teacher_samples"], wl["teacher_features"])
-    elif name in _NORMALIZE:
-        data = _torchvision(name, data_dir, download)
     else:
-        raise BackendError(f"data set {name!r} is simulation-only: it cannot be replayed "
-                           f"(use digits, teacher, cifar10, mnist or fashion_mnist)")
+        check_data(point, data_dir, download)
+        data = _torchvision(name, data_dir, download)
     return data.to(device)
 
 
@@ -122,19 +138,14 @@ def _teacher(samples: int, features: int) -> Data:
 def _torchvision(name: str, data_dir: str | None, download: bool) -> Data:
     from torchvision import datasets
 
-    hint = "pass --data-dir DIR with the files or --download"
-    if data_dir is None and not download:
-        raise BackendError(f"data set {name!r} needs its files: {hint}")
     root = os.path.expanduser(data_dir or DEFAULT_DOWNLOAD_DIR)
-    if not download and not os.path.isdir(root):
-        raise BackendError(f"data set {name!r}: no directory {root!r}: {hint}")
     cls = {"cifar10": datasets.CIFAR10, "mnist": datasets.MNIST,
            "fashion_mnist": datasets.FashionMNIST}[name]
     try:
         train, test = (cls(root, train=t, download=download) for t in (True, False))
     except (RuntimeError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise BackendError(f"data set {name!r} not readable in {root!r} ({msg}): {hint}") from None
+        raise BackendError(f"data set {name!r} not readable in {root!r} ({msg}): {_HINT}") from None
     mean, std = _NORMALIZE[name]
     info = dataset_info(name)
 

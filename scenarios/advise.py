@@ -636,6 +636,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
         from ..backends.replay import resolve_device
 
         resolve_device(args.device)  # an unknown or unavailable device fails before any work
+    if args.replay > 0:  # so does a data set that cannot be read
+        from ..backends.workloads import check_data
+
+        for point in scenario.points():
+            check_data(point, args.data_dir, args.download)
     out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-advise"
     options = {"device": args.device, "data_dir": args.data_dir, "download": args.download}
     adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,

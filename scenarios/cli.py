@@ -142,6 +142,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..backends.replay import resolve_device
 
         resolve_device(args.device)  # an unknown or unavailable device, too
+    if name in ("replay", "live"):  # and data sets that cannot be read, before any simulation
+        from ..backends.workloads import check_data
+
+        for point in scenario.points():
+            check_data(point, args.data_dir, args.download)
     return cmd_simulate(args, backend=name)
 
 

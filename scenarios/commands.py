@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +11,30 @@ from .schema import ScenarioError
 
 
 def _results_dir(path: str) -> Path:
+    """``path`` if it holds a ddlsim summary.csv (a header with ``run_id``), else one clear error."""
     p = Path(path)
     if not (p / "summary.csv").is_file():
         raise ScenarioError(f"{p}: not a results directory (no summary.csv); run `ddlsim simulate` or "
                             "`ddlsim run` with --out first")
+    try:
+        with open(p / "summary.csv", newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{p / 'summary.csv'}: not UTF-8 text (not a ddlsim summary)") from None
+    if "run_id" not in header:
+        shown = ", ".join(header[:6]) + (", …" if len(header) > 6 else "") or "none"
+        raise ScenarioError(f"{p / 'summary.csv'}: not a ddlsim summary (no run_id column; columns: {shown})")
     return p
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis.figures import write_figures
 
-    files = write_figures(_results_dir(args.results), args.out)
+    results = _results_dir(args.results)
+    files = write_figures(results, args.out)
+    if not files:
+        raise ScenarioError(f"{results}: no figure applies (its tables have no runs with times, "
+                            "errors or staleness to draw)")
     for f in files:
         print(f)
     return 0

@@ -88,3 +88,48 @@ def test_bundled_scenarios_are_listed_and_valid(capsys: pytest.CaptureFixture) -
     for f in CATALOGUE.glob("*.toml"):
         assert f.stem in listing
         assert load(f).points()
+
+
+@pytest.mark.parametrize("command, extra", [
+    (["run"], []), (["run"], ["--data-dir", "{tmp}/absent"]),
+    (["advise"], ["--target-error", "0.1"]),
+])
+def test_unreadable_data_set_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                     command: list[str], extra: list[str]) -> None:
+    # rule: a data set whose files are not given is one line and exit 2 before the sweep
+    # starts (nothing simulated, no results directory), not a failure per point
+    (tmp_path / "s.toml").write_text(SCENARIO.replace("[workload]", '[workload]\ndataset = "cifar10"\n'
+                                                      'model = "rudra_cifar"'))
+    out = tmp_path / "out"
+    args = command + [str(tmp_path / "s.toml"), "--out", str(out), "--quiet"]
+    assert main(args + [a.format(tmp=tmp_path) for a in extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cifar10" in err[0] and "--data-dir" in err[0]
+    assert not out.exists()
+
+
+def test_plot_and_report_draw_a_results_directory_and_refuse_other_tables(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # rule: figures come from a ddlsim results directory; a summary.csv that is not one
+    # (no run_id column, not UTF-8) or has nothing to draw is one line naming it, exit 2
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "out"
+    assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(out)]) == 0
+    printed = capsys.readouterr().out.split()
+    assert any(p.endswith("heatmap_sim_time.svg") for p in printed) and all(Path(p).is_file() for p in printed)
+    assert main(["report", str(out)]) == 0 and (out / "report.html").is_file()
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for content, says in ((b"foo,bar\n1,2\n", "no run_id column; columns: foo, bar"),
+                          (b"\xff\xfe,x\n", "not UTF-8"),
+                          (b"run_id,foo\na,1\n", "no figure applies")):
+        (bad / "summary.csv").write_bytes(content)
+        capsys.readouterr()
+        assert main(["plot", str(bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and str(bad) in err[0]
+    (bad / "summary.csv").write_bytes(b"foo,bar\n1,2\n")
+    assert main(["report", str(bad)]) == 2 and not (bad / "report.html").exists()
