@@ -67,12 +67,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a"):  # writable? (fails now, not after the measurements)
         pass
-    m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network)
+    m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network,
+                  cycle=not args.no_cycle)
     for mu, s in zip(m["minibatch"], m["seconds"]):
         print(f"μ = {mu:5d}: {s * 1e3:9.3f} ms per minibatch")
     print(f"server apply: {m['apply_s'] * 1e6:.1f} µs per gradient")
     if not args.no_network:
-        print(f"loopback: latency {m['latency_s'] * 1e6:.1f} µs, bandwidth {m['bandwidth_Bps'] / 1e9:.2f} GB/s")
+        print(f"loopback ping-pong: latency {m['pingpong_latency_s'] * 1e6:.1f} µs, "
+              f"bandwidth {m['bandwidth_Bps'] / 1e9:.2f} GB/s")
+        if not args.no_cycle:
+            print(f"live push-pull cycle: round trip {m['cycle_round_trip_s'] * 1e6:.1f} µs → "
+                  f"latency_s {m['latency_s'] * 1e6:.1f} µs per message (written to the profile)")
     print(f"profile: {out}")
     return 0
 
@@ -111,7 +116,9 @@ def register(sub: Any) -> None:
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "mnist", "fashion_mnist"))
     p.add_argument("--device", default="cpu")
     p.add_argument("--minibatches", default="1,2,4,8,16,32,64,128", help="comma-separated minibatch sizes")
-    p.add_argument("--no-network", action="store_true", help="skip the loopback network measurement")
+    p.add_argument("--no-network", action="store_true", help="skip the loopback network measurements")
+    p.add_argument("--no-cycle", action="store_true",
+                   help="latency from the raw ping-pong instead of a short live push-pull run")
     p.add_argument("--out", help="profile file (default profiles/MODEL-DATASET-DEVICE.toml)")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness")
