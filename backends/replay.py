@@ -654,7 +654,7 @@ class ReplayBackend:
             # a measured (live) trace carries the ⟨σ⟩ its run used; else the trace's own mean
             sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
             opt = Optimizer(point["optimizer"], float(sigma))
-            rep = make_replayer(trace, model, data, opt, batched=options.batched)
+            rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
             curves = rep.run()
         finally:
             torch.set_num_threads(threads)

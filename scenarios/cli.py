@@ -115,7 +115,7 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
     options = {}
     if backend:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
-                   "batched": not args.no_batch}
+                   "batched": not args.no_batch, "stacked": args.stacked}
     records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
                         resume=args.resume, progress=not args.quiet,
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
@@ -198,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
     p.add_argument("--no-batch", action="store_true", help="compute gradients one at a time")
+    p.add_argument("--stacked", choices=("auto", "on", "off"),
+                   help="replay multi-node traces with the stacked path: auto (default), on, off")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip the figures and the HTML report written at the end")
     p.set_defaults(func=cmd_run)

@@ -367,3 +367,29 @@ def test_stacked_replay_of_a_single_node_trace_is_the_generic_one():
     assert stk.fallback == "single node"
     assert stk.curves == gen.curves and math.isfinite(stk.curves[-1]["test_error"])
     assert int((trace.ops["kind"] == GRAD).sum()) > 0
+
+
+def test_run_option_stacked_chooses_the_path(monkeypatch):
+    # rule: RunOptions.stacked (ddlsim run --stacked) picks the multi-node replay path, over
+    # the environment variable; both paths give the same curves (1e-5 / one test sample)
+    monkeypatch.setenv("DDLSIM_REPLAY_STACKED", "off")
+    point = gossip_point("sgp", n=4, epochs=1.0, **STRAGGLY)
+    trace = simulate(point).trace
+    used: list[str] = []
+    real_run = StackedReplayer.run
+
+    def spy(self):
+        used.append("stacked")
+        return real_run(self)
+
+    monkeypatch.setattr(StackedReplayer, "run", spy)
+    on = ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="on"))
+    assert used == ["stacked"]
+    off = ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="off"))
+    default = ReplayBackend().run(trace, point, RunOptions(device="cpu"))
+    assert used == ["stacked"]  # "off" and the environment's "off" took the generic path
+    for a, b in zip(on.curves, off.curves):
+        assert a["test_error"] == pytest.approx(b["test_error"], abs=1 / 360 + 1e-9)
+    assert [r["test_error"] for r in default.curves] == [r["test_error"] for r in off.curves]
+    with pytest.raises(BackendError, match="stacked replay mode 'sideways'"):
+        ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="sideways"))
