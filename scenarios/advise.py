@@ -652,9 +652,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``ddlsim advise`` to the parser."""
+    from .cli import add_data_options, add_scenario_options
+
     p = sub.add_parser("advise", help="search a sweep by simulation, replay the promising points, "
                        "recommend a configuration for a time budget or a target error")
-    p.add_argument("scenario", help="scenario file, or the name of a bundled scenario")
+    add_scenario_options(p, "results/<scenario name>-advise", executors=False)
     goal = p.add_argument_group("goal (exactly one)")
     goal.add_argument("--budget-s", type=float, metavar="T",
                       help="simulated seconds available: minimise the test error at T")
@@ -662,15 +664,7 @@ def register(sub: Any) -> None:
                       help="test error to reach (fraction, e.g. 0.08): minimise the time to reach it")
     p.add_argument("--replay", type=int, default=4, metavar="K",
                    help="replay at most K points with real gradients (default 4)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key (a list value sweeps it); repeatable")
-    p.add_argument("--out", help="results directory (default results/<scenario name>-advise)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
-    p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
-    p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
+    add_data_options(p)
     p.set_defaults(func=cmd_advise)
 
 

@@ -169,34 +169,44 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ddlsim", description="Predict the accuracy/runtime tradeoff of "
-                                 "distributed deep-learning training.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def scenario_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("scenario", help="scenario file, or the name of a bundled scenario")
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a key (a list value sweeps it); repeatable")
-        p.add_argument("--out", help="results directory (default results/<scenario name>)")
-        p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
-        p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
+def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results/<scenario name>",
+                         executors: bool = True) -> None:
+    """The scenario argument and the sweep options (``--set``, ``--out``, ``--jobs``, …);
+    ``executors``: also ``--executor``, ``--scheduler`` and ``--force``."""
+    p.add_argument("scenario", help="scenario file, or the name of a bundled scenario")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key (a list value sweeps it); repeatable")
+    p.add_argument("--out", help=f"results directory (default {out_default})")
+    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
+    p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    if executors:
         p.add_argument("--executor", choices=("local", "dask"), default="local")
         p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask)")
         p.add_argument("--force", action="store_true",
                        help="write into a results directory that holds another scenario's results")
 
-    p = sub.add_parser("simulate", help="predict runtime and staleness for every sweep point")
-    scenario_args(p)
-    p.add_argument("--report", action="store_true", help="write figures and the HTML report at the end")
-    p.set_defaults(func=cmd_simulate)
-    p = sub.add_parser("run", help="simulate and execute every sweep point with a backend")
-    scenario_args(p)
-    p.add_argument("--backend", help="backend name (default: the scenario's, else replay)")
+
+def add_data_options(p: argparse.ArgumentParser) -> None:
+    """Where a backend runs and reads its data: ``--device``, ``--data-dir``, ``--download``."""
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ddlsim", description="Predict the accuracy/runtime tradeoff of "
+                                 "distributed deep-learning training.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("simulate", help="predict runtime and staleness for every sweep point")
+    add_scenario_options(p)
+    p.add_argument("--report", action="store_true", help="write figures and the HTML report at the end")
+    p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("run", help="simulate and execute every sweep point with a backend")
+    add_scenario_options(p)
+    p.add_argument("--backend", help="backend name (default: the scenario's, else replay)")
+    add_data_options(p)
     p.add_argument("--no-batch", action="store_true", help="compute gradients one at a time")
     p.add_argument("--stacked", choices=("auto", "on", "off"),
                    help="replay multi-node traces with the stacked path: auto (default), on, off")
