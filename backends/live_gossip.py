@@ -1,4 +1,4 @@
-"""Decentralized protocols run for real over ``torch.distributed``: allreduce and sgp.
+"""Decentralized protocols run for real over ``torch.distributed``: allreduce, sgp, dpsgd.
 
 Every rank is a node with its own (x, w). The ops each node records use the simulator's
 encoding (``simulator/gossip.py``), so the replay backend reproduces the live weights:
@@ -11,6 +11,11 @@ encoding (``simulator/gossip.py``), so the replay backend reproduces the live we
   (self_coef 1/(d+1)), send the post-apply state to this iteration's out-peers
   (``isend``, non-blocking), receive the in-peers' (blocking ``irecv`` + wait), mix each
   (coef 1/(d+1)). A message carries x and a float64 header [sender version, w].
+* ``dpsgd``: iteration k: send the current state (version v) to this iteration's
+  neighbours of the symmetric graph (``isend``), compute the gradient at it, receive the
+  neighbours' states, mix them with the Metropolis weights (the first mix also scales the
+  own state by ``W[i, i]``), then apply the gradient of version v to the mixed state:
+  ``x ← Σ_j W_ij x_j − α·g(x_i)``, as the simulator's D-PSGD records it.
 
 Each node logs its ops with ``time.monotonic()`` (one clock per machine) and node 0
 merges the logs by time into one trace after the run.
@@ -28,16 +33,16 @@ import torch.distributed as dist
 from ..simulator.compute import learner_clocks, stragglers
 from ..simulator.gossip import iterations
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
-from ..simulator.mixing import share
+from ..simulator.mixing import share, symmetric_weights
 from ..simulator.run import header_for
-from ..simulator.topology import in_peers, out_peers
+from ..simulator.topology import in_peers, out_peers, period, symmetric_topology
 from ..simulator.trace import TraceBuilder
 from .base import BackendError
 from .optim import Optimizer
 from .replay import FlatModel
 from .workloads import build_model, load_data
 
-SUPPORTED = ("allreduce", "sgp")
+SUPPORTED = ("allreduce", "sgp", "dpsgd")
 
 
 def check_supported(point: dict[str, Any]) -> None:
@@ -45,7 +50,7 @@ def check_supported(point: dict[str, Any]) -> None:
     proto = point["protocol"]
     if proto["name"] not in SUPPORTED:
         raise BackendError(f"protocol {proto['name']!r} has no live implementation (live runs hardsync, "
-                           f"softsync, async, ssp, allreduce and sgp)")
+                           f"softsync, async, ssp, allreduce, sgp and dpsgd)")
     if proto["name"] == "sgp" and proto["overlap"] != 0:
         raise BackendError(f"protocol.overlap = {proto['overlap']}: live sgp runs synchronously (overlap 0)")
 
@@ -97,8 +102,11 @@ def node(point: dict[str, Any], rank: int, out: str) -> None:
     dist.barrier()
     epoch0 = time.monotonic()
     K = iterations(point)
-    if point["protocol"]["name"] == "allreduce":
+    proto = point["protocol"]["name"]
+    if proto == "allreduce":
         _allreduce(me, K)
+    elif proto == "dpsgd":
+        _dpsgd(me, K)
     else:
         _sgp(me, K)
     _gather_and_write(me, K, epoch0, out)
@@ -153,6 +161,39 @@ def _sgp(me: Node, K: int) -> None:
             me.w = me.w + cj * ws
             me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, 1.0))
             me.version += 1
+        for r in reqs:
+            r.wait()
+
+
+def _dpsgd(me: Node, K: int) -> None:
+    proto = me.point["protocol"]
+    topo, peers = proto["topology"], proto["peers"]
+    n, mu, i = me.n, me.mu, me.i
+    phases = period(symmetric_topology(topo), n, peers)
+    for k in range(K):
+        self_w, pairs = symmetric_weights(topo, i, k % phases, n, peers)
+        v, sent_x = me.version, me.x  # me.x is replaced below, never written in place
+        header = torch.tensor([v, me.w], dtype=torch.float64)
+        reqs = []
+        for j, _ in pairs:
+            reqs.append(dist.isend(header, j, tag=2 * k))
+            reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
+        start = shard_start(k, i, n, mu, me.spe)
+        g, t0, t1 = me.gradient(start)
+        me.log.append((t1, "grad", i, v, start, k, t0))
+        for m, (j, wij) in enumerate(pairs):
+            h, xs = torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)
+            dist.irecv(h, j, tag=2 * k).wait()
+            dist.irecv(xs, j, tag=2 * k + 1).wait()
+            sc = self_w if m == 0 else 1.0
+            me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=wij)  # = the replay's mix
+            me.w = sc * me.w + wij * float(h[1])
+            me.log.append((time.monotonic(), "mix", i, me.version, j, int(h[0]), wij, sc))
+            me.version += 1
+        epoch = (k + 1) * n * mu / me.spe
+        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
+        me.log.append((time.monotonic(), "apply", me.version, epoch))
+        me.version += 1
         for r in reqs:
             r.wait()
 

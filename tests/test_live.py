@@ -14,6 +14,7 @@ from ddlsim.backends.replay import Replayer
 from ddlsim.backends.optim import Optimizer
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.simulator.dataorder import SampleStream
+from ddlsim.simulator.mixing import symmetric_matrix
 from ddlsim.simulator.run import simulate
 from tests.conftest import make_point
 
@@ -120,7 +121,7 @@ def test_live_async_staleness_matches_the_simulated_distribution() -> None:
     assert r.summary["measured_time_s"] == pytest.approx(sim.summary["sim_time_s"], rel=0.1)
 
 
-@pytest.mark.parametrize("protocol", ["allreduce", "sgp"])
+@pytest.mark.parametrize("protocol", ["allreduce", "sgp", "dpsgd"])
 def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str) -> None:
     # Truth: every node's live de-biased weights x_i / w_i; replay sees only the merged trace.
     p = point(protocol, learners=4, mb=8)
@@ -133,6 +134,23 @@ def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str
     assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)
     if protocol == "allreduce":  # exact averaging: every node holds the same model
         assert torch.allclose(r.final_weights[0], r.final_weights[3], atol=1e-6)
+    if protocol == "dpsgd":  # each iteration's mixes are row i of D-PSGD's doubly stochastic W_k
+        ops = r.trace.ops
+        for i in range(4):
+            mine = np.flatnonzero(ops["node"] == i)
+            rows, row = [], {}
+            for op in mine:
+                if ops["kind"][op] == 2:  # mix
+                    if not row:
+                        row[i] = float(ops["self_coef"][op])
+                    row[int(ops["src_node"][op])] = float(ops["coef"][op])
+                elif ops["kind"][op] == 1:  # apply: the iteration ends
+                    rows.append(row)
+                    row = {}
+            assert len(rows) == r.trace.header["iterations"]
+            for k, row in enumerate(rows):
+                W = symmetric_matrix(p["protocol"]["topology"], k, 4, p["protocol"]["peers"])
+                assert row == pytest.approx({j: W[i, j] for j in range(4) if W[i, j] > 0}, abs=1e-12)
 
 
 def test_unsupported_live_protocol_is_one_clear_line() -> None:
