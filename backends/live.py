@@ -152,6 +152,11 @@ class LiveBackend:
             from .live_gossip import check_supported
 
             check_supported(point)
+        if point["live"]["compute"] == "real":
+            from .workloads import load_data
+
+            load_data(point, options.data_dir, options.download)  # fetched and readable, once, here
+            point = {**point, "_data_dir": options.data_dir}  # where the processes read it
         sigma = trace.inputs["staleness"]
         mean_sigma = float(np.mean(sigma)) if len(sigma) else 0.0
         out = tempfile.mkdtemp(prefix="ddlsim-live-")

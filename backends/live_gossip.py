@@ -71,7 +71,7 @@ class Node:
             model = build_model(point)
             self.x = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
             self.flat = FlatModel(model)
-            self.data = load_data(point)
+            self.data = load_data(point, point.get("_data_dir"))
             self.stream = SampleStream(point["seed"], self.spe)
         self.w = 1.0
         self.version = 0
@@ -178,13 +178,16 @@ def _dpsgd(me: Node, K: int) -> None:
         for j, _ in pairs:
             reqs.append(dist.isend(header, j, tag=2 * k))
             reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
+        # receives posted before computing: gloo moves the states while the gradient runs
+        inbox = [(torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)) for _ in pairs]
+        recvs = [(dist.irecv(h, j, tag=2 * k), dist.irecv(xs, j, tag=2 * k + 1))
+                 for (j, _), (h, xs) in zip(pairs, inbox)]
         start = shard_start(k, i, n, mu, me.spe)
         g, t0, t1 = me.gradient(start)
         me.log.append((t1, "grad", i, v, start, k, t0))
-        for m, (j, wij) in enumerate(pairs):
-            h, xs = torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)
-            dist.irecv(h, j, tag=2 * k).wait()
-            dist.irecv(xs, j, tag=2 * k + 1).wait()
+        for m, ((j, wij), (h, xs), (rh, rx)) in enumerate(zip(pairs, inbox, recvs)):
+            rh.wait()
+            rx.wait()
             sc = self_w if m == 0 else 1.0
             me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=wij)  # = the replay's mix
             me.w = sc * me.w + wij * float(h[1])

@@ -151,7 +151,7 @@ def learner(point: dict[str, Any], rank: int) -> None:
     grad = torch.zeros_like(x)
     flat = data = None
     if not emulated:
-        data = load_data(point)
+        data = load_data(point, point.get("_data_dir"))
         flat = FlatModel(build_model(point))
         n_train = len(data.train_y)
         stream = SampleStream(point["seed"], point["workload"]["samples_per_epoch"])

@@ -442,7 +442,8 @@ class Replayer:
         return d
 
     def _combined_grad(self, s: int, c: int) -> Tensor:
-        """Σ coef_j · g_j over inputs s .. s+c−1 (one gemv per batch the gradients came from)."""
+        """Σ coef_j · g_j over inputs s .. s+c−1 (one gemv per batch the gradients came from);
+        zero for an apply with no inputs (the optimizer still steps: momentum carries on)."""
         pop, coefs = self.grads.pop, self.plan.coefs
         groups: dict[int, tuple[Tensor, list[int], list[float]]] = {}
         for j, op in enumerate(self.trace.inputs["grad_op"][s:s + c].tolist()):
@@ -457,8 +458,7 @@ class Replayer:
             cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
             part = cv @ (g if rows == list(range(len(g))) else g[rows])
             total = part if total is None else total + part
-        assert total is not None
-        return total
+        return total if total is not None else torch.zeros_like(self.flat.work)  # an apply of no inputs
 
     def average_state(self) -> Tensor:
         """Mean over nodes of each node's latest ``x / w`` (what an eval of node −1 measures)."""

@@ -17,7 +17,7 @@ def _results_dir(path: str) -> Path:
         raise ScenarioError(f"{p}: not a results directory (no summary.csv); run `ddlsim simulate` or "
                             "`ddlsim run` with --out first")
     try:
-        with open(p / "summary.csv", newline="", encoding="utf-8") as f:
+        with open(p / "summary.csv", newline="", encoding="utf-8-sig") as f:
             header = next(csv.reader(f), [])
     except UnicodeDecodeError:
         raise ScenarioError(f"{p / 'summary.csv'}: not UTF-8 text (not a ddlsim summary)") from None
@@ -65,10 +65,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise ScenarioError(f"--out {out}: is a directory; name the profile file")
     out.parent.mkdir(parents=True, exist_ok=True)
+    existed = out.exists()
     with open(out, "a"):  # writable? (fails now, not after the measurements)
         pass
-    m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network,
-                  cycle=not args.no_cycle)
+    try:
+        m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network,
+                      cycle=not args.no_cycle)
+    except BaseException:
+        if not existed:  # no empty profile left behind for validate to read as "no calibration"
+            out.unlink(missing_ok=True)
+        raise
     for mu, s in zip(m["minibatch"], m["seconds"]):
         print(f"μ = {mu:5d}: {s * 1e3:9.3f} ms per minibatch")
     print(f"server apply: {m['apply_s'] * 1e6:.1f} µs per gradient")

@@ -125,7 +125,8 @@ def test_plot_and_report_draw_a_results_directory_and_refuse_other_tables(
     bad.mkdir()
     for content, says in ((b"foo,bar\n1,2\n", "no run_id column; columns: foo, bar"),
                           (b"\xff\xfe,x\n", "not UTF-8"),
-                          (b"run_id,foo\na,1\n", "no figure applies")):
+                          (b"run_id,foo\na,1\n", "no figure applies"),
+                          (b"\xef\xbb\xbfrun_id,foo\na,1\n", "no figure applies")):  # a BOM is fine
         (bad / "summary.csv").write_bytes(content)
         capsys.readouterr()
         assert main(["plot", str(bad)]) == 2
@@ -133,3 +134,46 @@ def test_plot_and_report_draw_a_results_directory_and_refuse_other_tables(
         assert len(err) == 1 and says in err[0] and str(bad) in err[0]
     (bad / "summary.csv").write_bytes(b"foo,bar\n1,2\n")
     assert main(["report", str(bad)]) == 2 and not (bad / "report.html").exists()
+
+
+def test_emulated_live_run_needs_no_data_files(tmp_path: Path) -> None:
+    # rule: the up-front data check skips live points with emulated compute (they read no
+    # data): a cifar10 model runs live without --data-dir
+    (tmp_path / "s.toml").write_text("""
+name = "emulated-live"
+backend = "live"
+[workload]
+dataset = "cifar10"
+model = "rudra_cifar"
+epochs = 1
+samples_per_epoch = 32
+[cluster]
+learners = 2
+minibatch = 8
+[cluster.compute]
+base_s = 0.001
+per_sample_s = 0.0
+[protocol]
+name = "async"
+[live]
+compute = "emulated"
+""")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--no-report"]) == 0
+    rows = read_csv(out / "summary.csv")
+    assert len(rows) == 1 and float(rows[0]["measured_time_s"]) > 0
+
+
+def test_failed_calibration_leaves_no_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture) -> None:
+    # rule: a calibration that fails is one line, exit 2, and no (empty) profile file
+    from ddlsim.backends import calibrate as cal
+    from ddlsim.backends.base import BackendError
+
+    def fail(*a, **k):
+        raise BackendError("live run stopped: learner 1 died with signal SIGKILL")
+
+    monkeypatch.setattr(cal, "calibrate", fail)
+    out = tmp_path / "p.toml"
+    assert main(["calibrate", "--minibatches", "4", "--out", str(out)]) == 2
+    assert "SIGKILL" in capsys.readouterr().err and not out.exists()

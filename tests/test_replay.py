@@ -208,6 +208,25 @@ def test_gradient_left_in_buffer_only_when_its_apply_comes_first():
     assert np.allclose(final_x(rep).double().numpy(), v3, atol=1e-6)
 
 
+def test_apply_without_inputs_is_a_zero_gradient_step():
+    # truth, by hand: momentum SGD on g = 0 still moves by the momentum buffer
+    xs, ys, data, model, theta0 = _linear_setup()
+    tb = TraceBuilder()
+    A = tb.grad(0, 0, 0, 0, 2, 0, 0, 1, 0)
+    tb.apply(0, 0, [A], [1.0], [0], 1, 0.25)        # buf = gA, v1 = v0 − α·gA
+    tb.apply(0, 1, [], [], [], 2, 0.25)             # buf = 0.5·gA, v2 = v1 − α·0.5·gA
+    tb.eval(0, 2, 2, 0.25)
+    trace = tb.build(header(seed=5, n=8))
+    cfg = {"name": "sgd", "lr": 0.4, "momentum": 0.5, "weight_decay": 0.0, "lr_policy": "constant"}
+    rep = Replayer(trace, model, data, Optimizer(cfg, 0.0), batched=False)
+    rep.run()
+    stream = SampleStream(5, 8)
+    gA = _ce_grad(theta0, xs[stream.indices(0, 2)], ys[stream.indices(0, 2)])[0]
+    v2 = theta0 - 0.4 * gA - 0.4 * 0.5 * gA
+    assert not rep.diverged and rep.updates == 2
+    assert np.allclose(final_x(rep).double().numpy(), v2, atol=1e-6)
+
+
 # (c) ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("model, grads", [("mlp", 150), ("lenet", 60)])
 def test_batched_equals_one_at_a_time(model, grads):
