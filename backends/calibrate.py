@@ -149,23 +149,14 @@ def time_cycle(model: str, dataset: str, apply_s: float, bandwidth_Bps: float,
     """(latency_s, round_trip_s) from a short live ASGD run: ``round_trip_s`` is the mean
     measured gap between a learner's push and its next compute start; ``latency_s`` the
     per-message latency that makes the simulator's cycle equal it (never negative)."""
-    import shutil
-    import tempfile
-
     from ..scenarios.load import load_text
-    from ..simulator.trace import read as read_trace
-    from .live import calibrated_latency, launch, round_trip_s
+    from .live import calibrated_latency, round_trip_s, run_measured
 
     bandwidth = f"{bandwidth_Bps:.6g}" if math.isfinite(bandwidth_Bps) else "inf"
     point = load_text(CYCLE_POINT.format(dataset=dataset, model=model, samples=CYCLE_PUSHES * 8,
                                          compute=CYCLE_COMPUTE_S, bandwidth=bandwidth, apply=f"{apply_s:.6g}",
                                          host=host)).points()[0]
-    out = tempfile.mkdtemp(prefix="ddlsim-calibrate-")
-    try:
-        launch(point, 1.0, out)
-        trace = read_trace(Path(out) / "trace.ddlt")
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    trace, _ = run_measured(point, 1.0)
     return calibrated_latency(trace, point), round_trip_s(trace)
 
 

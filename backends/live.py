@@ -97,6 +97,23 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
                 p.kill()
 
 
+def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch.Tensor | None]:
+    """Run ``point`` live in a scratch directory; return its measured trace and, where the
+    run wrote them, the final weights (a missing or corrupt trace is one BackendError line)."""
+    out = tempfile.mkdtemp(prefix="ddlsim-live-")
+    try:
+        launch(point, mean_sigma, out)
+        try:
+            measured = read_trace(os.path.join(out, "trace.ddlt"))
+        except TraceError as e:
+            raise BackendError(f"live run wrote no valid trace: {e}") from None
+        weights = torch.load(os.path.join(out, "weights.pt")) if os.path.exists(
+            os.path.join(out, "weights.pt")) else None
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return measured, weights
+
+
 def measured_summary(trace: Trace) -> dict[str, Any]:
     """Measured runtime figures of a live trace, named ``measured_*``."""
     ops = trace.ops
@@ -158,18 +175,7 @@ class LiveBackend:
             load_data(point, options.data_dir, options.download)  # fetched and readable, once, here
             point = {**point, "_data_dir": options.data_dir}  # where the processes read it
         sigma = trace.inputs["staleness"]
-        mean_sigma = float(np.mean(sigma)) if len(sigma) else 0.0
-        out = tempfile.mkdtemp(prefix="ddlsim-live-")
-        try:
-            launch(point, mean_sigma, out)
-            try:
-                measured = read_trace(os.path.join(out, "trace.ddlt"))
-            except TraceError as e:
-                raise BackendError(f"live run wrote no valid trace: {e}") from None
-            weights = torch.load(os.path.join(out, "weights.pt")) if os.path.exists(
-                os.path.join(out, "weights.pt")) else None
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
+        measured, weights = run_measured(point, float(np.mean(sigma)) if len(sigma) else 0.0)
         summary = measured_summary(measured)
         curves: list[dict[str, Any]] = []
         if point["live"]["compute"] == "real":

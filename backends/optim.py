@@ -111,8 +111,6 @@ class Optimizer:
         self.nesterov = self.name == "nesterov"
         self.mean_sigma = float(mean_sigma)
         self.state: dict[int, Tensor | None] = {}
-        # plain momentum SGD without weight decay (the common case) takes a short path
-        self._momentum_only = self.name == "sgd" and self.momentum != 0 and self.weight_decay == 0
 
     def lr(self, epoch: float | np.ndarray) -> float | np.ndarray:
         """The scheduled learning rate at ``epoch``."""
@@ -127,13 +125,6 @@ class Optimizer:
 
         Weight decay acts on the de-biased weights ``x / w`` (``x`` when ``w == 1``).
         """
-        if self._momentum_only:  # = sgd_update(x, g, buf, lr, momentum, own_state=True)
-            buf = self.state.get(node)
-            if buf is None:
-                buf = self.state[node] = g.clone()
-            else:
-                torch.add(g, buf, alpha=self.momentum, out=buf)
-            return torch.add(x, buf, alpha=-lr)
         wd = self.weight_decay
         if wd and w != 1.0:
             g = torch.add(g, x, alpha=wd / w)

@@ -199,9 +199,7 @@ class FlatModel:
         buffer itself (valid until the next call). The scale multiplies the finished
         gradient (not the backward seed), so the result is bit-identical to a live server's
         ``gradient × scale``."""
-        if z is not self._loaded:  # = self.load(z), inlined: this is the hot path
-            self.work.copy_(z)
-            self._loaded = z
+        self.load(z)
         buf = self.grad_buf
         buf.zero_()
         loss = F.cross_entropy(self.model(xb), yb)
@@ -513,18 +511,18 @@ class Replayer:
         """Execute ops ``lo .. hi−1`` (their columns as Python lists: the hot loop)."""
         ops, plan, states = self.trace.ops, self.plan, self.states
         pop, step, current, grad_op = self.grads.pop, self.opt.step, self._current, self.trace.inputs["grad_op"]
-        cols = [ops[c][lo:hi].tolist() for c in ("kind", "node", "version", "in_start", "in_count",
-                                                  "sample_start", "batch_size")]
-        first = ops["in_start"][lo:hi]  # an apply's first input's grad op (−1: no inputs)
-        cols[3] = np.where(ops["in_count"][lo:hi] > 0, grad_op[np.minimum(first, max(0, len(grad_op) - 1))]
-                           if len(grad_op) else -1, -1).tolist()
+        starts = ops["in_start"][lo:hi]
+        has_input = ops["in_count"][lo:hi] > 0
+        first = np.full(hi - lo, -1, np.int64)  # an apply's first input's grad op (−1: none)
+        first[has_input] = grad_op[starts[has_input]]
+        cols = [ops[c][lo:hi].tolist() for c in ("kind", "node", "version")] + [first.tolist()]
+        cols += [ops[c][lo:hi].tolist() for c in ("in_count", "sample_start", "batch_size")]
         cols += [a[lo:hi].tolist() for a in (plan.lead, plan.sid, plan.interval, plan.coef, plan.lr)]
         counts = plan.free_count[lo:hi].tolist()
         f0 = self._freed
         self._freed += sum(counts)
         free = plan.free_order[f0:self._freed].tolist()
         offset, fp = plan.offset.tolist(), 0
-        starts = ops["in_start"][lo:hi]
         for r, (k, nd, ver, g0, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
             i = lo + r
             if k == APPLY:

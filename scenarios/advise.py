@@ -627,7 +627,7 @@ def _advice_csv(adv: Advice) -> bytes:
 
 # -- command line ------------------------------------------------------------------------------
 def cmd_advise(args: argparse.Namespace) -> int:
-    from .cli import resolve_scenario, safe_name
+    from .cli import check_data_sets, resolve_scenario, safe_name
     from .load import load
 
     check_goal(args.budget_s, args.target_error, args.replay, args.jobs)
@@ -637,10 +637,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
         resolve_device(args.device)  # an unknown or unavailable device fails before any work
     if args.replay > 0:  # so does a data set that cannot be read
-        from ..backends.workloads import check_data
-
-        for point in scenario.points():
-            check_data(point, args.data_dir, args.download)
+        check_data_sets(scenario, "replay", args.data_dir, args.download)
     out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-advise"
     options = {"device": args.device, "data_dir": args.data_dir, "download": args.download}
     adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,

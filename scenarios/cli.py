@@ -142,13 +142,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..backends.replay import resolve_device
 
         resolve_device(args.device)  # an unknown or unavailable device, too
-    if name in ("replay", "live"):  # and data sets that cannot be read, before any simulation
-        from ..backends.workloads import check_data
-
-        for point in scenario.points():
-            if name == "replay" or point["live"]["compute"] == "real":  # emulated live reads none
-                check_data(point, args.data_dir, args.download)
+    check_data_sets(scenario, name, args.data_dir, args.download)  # and unreadable data, too
     return cmd_simulate(args, backend=name)
+
+
+def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download: bool) -> None:
+    """Refuse, before any work, a point whose data set ``backend`` (replay or live; others
+    are not checked) could not read; live points with emulated compute read none."""
+    if backend not in ("replay", "live"):
+        return
+    from ..backends.workloads import check_data
+
+    for point in scenario.points():
+        if backend == "replay" or point["live"]["compute"] == "real":
+            check_data(point, data_dir, download)
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:

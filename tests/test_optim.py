@@ -57,7 +57,6 @@ def test_adagrad_two_steps_by_hand():
 @pytest.mark.parametrize("name, wd", [("sgd", 0.01), ("sgd", 0.0), ("nesterov", 0.01), ("adagrad", 0.01)])
 def test_matches_torch_optim(name, wd):
     # truth: torch.optim.SGD / torch.optim.Adagrad on the same gradient sequence
-    # (sgd without weight decay is Optimizer.step's short path)
     gen = torch.Generator().manual_seed(3)
     p = torch.nn.Parameter(torch.randn(7, generator=gen, dtype=torch.float64))
     x = p.detach().clone()
@@ -142,12 +141,11 @@ def test_weight_decay_acts_on_debiased_weights():
     assert torch.allclose(opt.step(0, t(4.0), t(1.0), 0.1, w=2.0), t(3.8))
 
 
-def test_short_path_is_bit_identical_to_sgd_update():
-    # rule: Optimizer.step's momentum-only path computes exactly sgd_update (float32 bits)
+def test_step_is_bit_identical_to_sgd_update():
+    # rule: Optimizer.step of momentum SGD computes exactly sgd_update (float32 bits)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(50, generator=gen)
     opt = Optimizer({"name": "sgd", "lr": 0.1, "momentum": 0.9})
-    assert opt._momentum_only
     ref_x, buf = x.clone(), None
     for k in range(4):
         g = torch.randn(50, generator=gen)
