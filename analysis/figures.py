@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from . import plots
 from ._figure import is_no_data
-from ._io import atomic_write
+from ..simulator.files import atomic_write
 from .results import Results, load_results
 
 FORMATS = ("png", "svg")

@@ -255,7 +255,7 @@ def _staleness_panel(ax: Axes, hist: dict[float, float], head: Row) -> None:
     ax.axvline(avg, color="tab:red", linewidth=1.5, label=f"mean ⟨σ⟩ = {avg:.3g}")
     n = head.get("softsync_n")
     marks = [float(sigma.min()), float(sigma.max())]
-    if head.get("protocol") == "softsync" and is_number(n):
+    if head.get("protocol") != "async" and is_number(n):
         ax.axvline(n, color="0.2", linestyle="--", linewidth=1, label=f"n = {n:g}")
         marks.append(n)
     ax.set_xlim(min(marks) - 0.75, max(marks) + 0.75)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ._figure import fmt_value
-from ._io import atomic_write
+from ..simulator.files import atomic_write
 from .figures import figure_bytes, render
 from .metrics import pareto_front
 from .results import Results, load_results

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write
+from ..simulator.files import atomic_write
 
 Row = dict[str, Any]
 
@@ -175,11 +175,12 @@ def varying_keys(rows: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def protocol_name(row: Mapping[str, Any]) -> str:
-    """``"4-softsync"`` for softsync with n = 4 (Rudra's notation), else the protocol."""
+    """``"4-softsync"`` for softsync with n = 4 (Rudra's notation; any protocol with its own n),
+    else the protocol (async's n = λ is implied)."""
     proto = str(row.get("protocol") or "?")
     n = row.get("softsync_n")
-    if proto == "softsync" and is_number(n):
-        return f"{n:g}-softsync"
+    if proto != "async" and is_number(n):
+        return f"{n:g}-{proto}"
     return proto
 
 
@@ -236,11 +237,11 @@ def labels(rows: Iterable[Mapping[str, Any]], omit: Iterable[str] = ()) -> dict[
 def config_key(row: Mapping[str, Any], omit: Iterable[str] = ()) -> tuple[tuple[str, str], ...]:
     """Hashable identity of a configuration: protocol, n, λ, μ and the swept keys,
     without ``omit``. Runs that differ only in seed or in measurements share it;
-    ``softsync_n`` counts only for softsync (async's n = λ is implied)."""
+    ``softsync_n`` counts except for async (its n = λ is implied)."""
     omit = set(omit)
     names = [c for c in CONFIG_COLUMNS if c not in omit]
     names += sorted(k for k in swept_keys(row) if k not in omit)
-    return tuple((n, "" if n == "softsync_n" and row.get("protocol") != "softsync"
+    return tuple((n, "" if n == "softsync_n" and row.get("protocol") == "async"
                   else format_cell(row.get(n))) for n in names)
 
 

@@ -16,15 +16,15 @@ from ..simulator.trace import Trace
 @dataclass
 class RunOptions:
     """How to execute: ``device`` ("cpu", "cuda", or None for cuda-when-available);
-    ``stacked``: the replay path of multi-node traces, "auto" | "on" | "off" (None: the
-    environment variable ``DDLSIM_REPLAY_STACKED``, else "auto"; docs/replay.md)."""
+    ``threads``: torch's intra-op threads while the backend runs (restored after);
+    ``stacked``: the replay path of multi-node traces, "auto" | "on" | "off" (docs/replay.md)."""
 
     device: str | None = None
     data_dir: str | None = None
     download: bool = False
     batched: bool = True
     threads: int = 1
-    stacked: str | None = None
+    stacked: str = "auto"
 
 
 @dataclass

@@ -24,15 +24,16 @@ import statistics
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from ..simulator.catalog import dataset_info
-from ..simulator.trace import atomic_write_bytes
+from ..simulator.catalog import SIMULATION_ONLY_MODELS, TRAINABLE_MODELS, dataset_info, param_count
+from ..simulator.files import atomic_write
 from .base import BackendError
+from .device import torch_threads
 from .optim import Optimizer
-from .replay import FlatModel
+from .flatmodel import FlatModel
 from .workloads import make_model
 
 PING_BYTES = 8
@@ -144,40 +145,43 @@ def time_network(host: str = "127.0.0.1", rounds: int = 400) -> tuple[float, flo
     return latency, BULK_FLOATS * 4 / one_way
 
 
-def time_cycle(model: str, dataset: str, apply_s: float, bandwidth_Bps: float,
-               host: str = "127.0.0.1") -> tuple[float, float]:
-    """(latency_s, round_trip_s) from a short live ASGD run: ``round_trip_s`` is the mean
-    measured gap between a learner's push and its next compute start; ``latency_s`` the
-    per-message latency that makes the simulator's cycle equal it (never negative)."""
-    from ..scenarios.load import load_text
+def cycle_scenario(model: str, dataset: str, apply_s: float, bandwidth_Bps: float, host: str = "127.0.0.1") -> str:
+    """The scenario (TOML) of the calibration cycle: a short live ASGD run, 2 learners,
+    emulated compute, the model's size of messages, the measured apply and bandwidth."""
+    bandwidth = f"{bandwidth_Bps:.6g}" if math.isfinite(bandwidth_Bps) else "inf"
+    return CYCLE_POINT.format(dataset=dataset, model=model, samples=CYCLE_PUSHES * 8, compute=CYCLE_COMPUTE_S,
+                              bandwidth=bandwidth, apply=f"{apply_s:.6g}", host=host)
+
+
+def time_cycle(point: dict[str, Any]) -> tuple[float, float]:
+    """(latency_s, round_trip_s) from a live run of the cycle ``point`` (:func:`cycle_scenario`,
+    validated): ``round_trip_s`` is the mean measured gap between a learner's push and its next
+    compute start; ``latency_s`` the per-message latency that makes the simulator's cycle equal
+    it (never negative)."""
     from .live import calibrated_latency, round_trip_s, run_measured
 
-    bandwidth = f"{bandwidth_Bps:.6g}" if math.isfinite(bandwidth_Bps) else "inf"
-    point = load_text(CYCLE_POINT.format(dataset=dataset, model=model, samples=CYCLE_PUSHES * 8,
-                                         compute=CYCLE_COMPUTE_S, bandwidth=bandwidth, apply=f"{apply_s:.6g}",
-                                         host=host)).points()[0]
     trace, _ = run_measured(point, 1.0)
     return calibrated_latency(trace, point), round_trip_s(trace)
 
 
 def calibrate(model: str, dataset: str, device: str, minibatches: list[int], out: Path,
-              network: bool = True, cycle: bool = True) -> dict[str, Any]:
-    """Measure and write the profile; return what was measured."""
-    if model in ("resnet50", "alexnet", "transformer"):
-        raise BackendError(f"--model {model}: simulation-only model; calibrate mlp, lenet, rudra_cifar or resnet18")
+              network: bool = True, cycle: Callable[[float, float], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Measure and write the profile; return what was measured. ``cycle(apply_s, bandwidth)``
+    gives the validated point of the calibration cycle (None: no cycle; the caller builds it
+    from :func:`cycle_scenario`, the scenario loader being the command line's)."""
+    if model in SIMULATION_ONLY_MODELS:
+        raise BackendError(f"--model {model}: simulation-only model; calibrate {', '.join(TRAINABLE_MODELS)}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BackendError(f"--device {device}: CUDA is not available on this machine")
-    torch.set_num_threads(1)
-    seconds = time_compute(model, dataset, minibatches, device)
-    from ..simulator.catalog import param_count
-
-    count = param_count(model, dataset_info(dataset))
-    apply_s = time_apply(count)
+    with torch_threads(1):
+        seconds = time_compute(model, dataset, minibatches, device)
+        count = param_count(model, dataset_info(dataset))
+        apply_s = time_apply(count)
     lat, bw = time_network() if network else (float("nan"), float("nan"))
     pingpong = lat
     round_trip = float("nan")
-    if network and cycle:
-        lat, round_trip = time_cycle(model, dataset, apply_s, bw)
+    if network and cycle is not None:
+        lat, round_trip = time_cycle(cycle(apply_s, bw))
     lines = [
         f"# ddlsim compute profile: {model} on {dataset}, device {device}, measured {time.strftime('%Y-%m-%d')}",
         f'model = "{model}"', f'dataset = "{dataset}"', f'device = "{device}"',
@@ -188,8 +192,8 @@ def calibrate(model: str, dataset: str, device: str, minibatches: list[int], out
     if network:
         lines += ["", "[network]", f"latency_s = {lat:.6g}", f"bandwidth_Bps = {bw:.6g}",
                   f"pingpong_latency_s = {pingpong:.6g}"]
-        if cycle:
+        if cycle is not None:
             lines += [f"cycle_round_trip_s = {round_trip:.6g}"]
-    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
+    atomic_write(out, ("\n".join(lines) + "\n").encode())
     return {"minibatch": minibatches, "seconds": seconds, "apply_s": apply_s, "latency_s": lat, "bandwidth_Bps": bw,
             "pingpong_latency_s": pingpong, "cycle_round_trip_s": round_trip}

@@ -2,7 +2,7 @@
 
 ddlsim launches the processes itself (``torch.multiprocessing``, gloo, bound to
 ``live.host``, default 127.0.0.1) or ``torchrun`` launches them across machines
-(``python -m ddlsim.backends.live_worker``). Every blocking call is limited by
+(``python -m ddlsim.scenarios.live_worker``). Every blocking call is limited by
 ``live.timeout_s``; a process that dies ends the run with one line naming it.
 
 The run writes a *measured* trace (same format, wall-clock times). Accuracy comes from
@@ -24,10 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..simulator.run import PS_FAMILY, staleness_stats
+from ..simulator.catalog import SIMULATION_ONLY_MODELS
+from ..simulator.protocols import is_ps, live_refusal
+from ..simulator.stats import staleness_stats
 from ..simulator.trace import APPLY, GRAD, Trace, TraceError
 from ..simulator.trace import read as read_trace
 from .base import BackendError, BackendResult, RunOptions
+from .live_gossip import node
+from .live_ps import learner, server
 
 
 def free_port(host: str) -> int:
@@ -39,7 +43,7 @@ def free_port(host: str) -> int:
 
 def role(point: dict[str, Any], rank: int) -> str:
     """Human name of a rank: the server or learner i (node i for gossip protocols)."""
-    if point["protocol"]["name"] in PS_FAMILY:
+    if is_ps(point):
         return "server" if rank == 0 else f"learner {rank - 1}"
     return f"node {rank}"
 
@@ -47,27 +51,30 @@ def role(point: dict[str, Any], rank: int) -> str:
 def world_size(point: dict[str, Any]) -> int:
     """Processes of a run: server + λ learners, or N nodes."""
     lam = point["cluster"]["learners"]
-    return lam + 1 if point["protocol"]["name"] in PS_FAMILY else lam
+    return lam + 1 if is_ps(point) else lam
 
 
-def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str) -> None:
-    """One live process: join the group, play its role, leave."""
+def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: str | None = None,
+         world: int | None = None) -> None:
+    """One live process: join the group (``init``/``world``, or torchrun's environment when
+    None), play rank ``rank``'s role, leave. The server or node 0 writes into ``out``."""
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+    torch.set_num_threads(1)  # this process only computes one small model at a time
+    dist.init_process_group("gloo", init_method=init, rank=rank if init else -1, world_size=world or -1,
                             timeout=timedelta(seconds=point["live"]["timeout_s"]))
     try:
-        if point["protocol"]["name"] in PS_FAMILY:
-            from .live_ps import learner, server
-
+        if is_ps(point):
             server(point, mean_sigma, out) if rank == 0 else learner(point, rank)
         else:
-            from .live_gossip import node
-
             node(point, rank, out)
     finally:
         dist.destroy_process_group()
+
+
+def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str) -> None:
+    """One live process started by :func:`launch`."""
+    play(point, rank, mean_sigma, out, init, world)
 
 
 def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
@@ -161,14 +168,12 @@ class LiveBackend:
     def run(self, trace: Trace, point: dict[str, Any], options: RunOptions | None = None) -> BackendResult:
         """Run ``point`` live. ``trace`` (the simulated one) supplies ⟨σ⟩ for ``mean_staleness``."""
         options = options or RunOptions()
-        if point["live"]["compute"] == "real" and point["workload"]["model"] in ("resnet50", "alexnet",
-                                                                                "transformer"):
+        if point["live"]["compute"] == "real" and point["workload"]["model"] in SIMULATION_ONLY_MODELS:
             raise BackendError(f"model {point['workload']['model']!r} is simulation-only: run it live with "
                                "live.compute = \"emulated\"")
-        if point["protocol"]["name"] not in PS_FAMILY:
-            from .live_gossip import check_supported
-
-            check_supported(point)
+        refusal = live_refusal(point)
+        if refusal:
+            raise BackendError(refusal)
         if point["live"]["compute"] == "real":
             from .workloads import load_data
 

@@ -30,30 +30,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..simulator import trace as trace_io
 from ..simulator.compute import learner_clocks, stragglers
-from ..simulator.gossip import iterations
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
 from ..simulator.mixing import share, symmetric_weights
-from ..simulator.run import header_for
+from ..simulator.protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for, iterations, live_refusal
 from ..simulator.topology import in_peers, out_peers, period, symmetric_topology
-from ..simulator.trace import TraceBuilder
 from .base import BackendError
 from .optim import Optimizer
-from .replay import FlatModel
+from .flatmodel import FlatModel
 from .workloads import build_model, load_data
-
-SUPPORTED = ("allreduce", "sgp", "dpsgd")
-
-
-def check_supported(point: dict[str, Any]) -> None:
-    """Refuse what the live gossip nodes do not implement, with one line."""
-    proto = point["protocol"]
-    if proto["name"] not in SUPPORTED:
-        raise BackendError(f"protocol {proto['name']!r} has no live implementation (live runs hardsync, "
-                           f"softsync, async, ssp, allreduce, sgp and dpsgd)")
-    if proto["name"] == "sgp" and proto["overlap"] != 0:
-        raise BackendError(f"protocol.overlap = {proto['overlap']}: live sgp runs synchronously (overlap 0)")
-
 
 class Node:
     """One node's model, data, compute clock and op log."""
@@ -63,8 +49,8 @@ class Node:
         self.n, self.mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
         self.spe = point["workload"]["samples_per_epoch"]
         self.emulated = point["live"]["compute"] == "emulated"
-        self.clock = learner_clocks(point, self.n, 1)[rank]
-        self.slowdown = point["cluster"]["stragglers"]["slowdown"] if rank in stragglers(point, self.n, 1) else 1.0
+        self.clock = learner_clocks(point, self.n)[rank]
+        self.slowdown = point["cluster"]["stragglers"]["slowdown"] if rank in stragglers(point, self.n) else 1.0
         if self.emulated:
             self.x = torch.zeros(point["workload"]["param_count"])
         else:
@@ -97,7 +83,9 @@ class Node:
 
 def node(point: dict[str, Any], rank: int, out: str) -> None:
     """Run node ``rank`` to the end; node 0 writes ``trace.ddlt`` and ``weights.pt``."""
-    check_supported(point)
+    refusal = live_refusal(point)
+    if refusal:
+        raise BackendError(refusal)
     me = Node(point, rank)
     dist.barrier()
     epoch0 = time.monotonic()
@@ -209,59 +197,38 @@ def _gather_and_write(me: Node, K: int, epoch0: float, out: str) -> None:
     if me.i != 0:
         return
     point = me.point
-    tb = _merge(point, logs, K, epoch0)
-    from ..simulator import trace as tracemod
-
-    proto = point["protocol"]["name"]
-    header = header_for(point, me.n, "global_slice" if proto == "allreduce" else "shard")
+    rec = _merge(point, logs, epoch0)
+    header = header_for(point, me.n, GLOBAL_SLICE if point["protocol"]["name"] == "allreduce" else SHARD)
     header.update({"measured": True, "iterations": K, "mean_staleness": 0.0,
                    "wall_s": max(e[0] for log in logs for e in log) - epoch0})
-    tracemod.write(tb.build(header), os.path.join(out, "trace.ddlt"))
+    trace_io.write(rec.tb.build(header), os.path.join(out, "trace.ddlt"))
     torch.save(torch.stack([x / w for x, w in finals]), os.path.join(out, "weights.pt"))
 
 
-def _merge(point: dict[str, Any], logs: list[list[tuple]], K: int, epoch0: float) -> TraceBuilder:
-    """One trace from the nodes' logs, in time order (allreduce: round by round)."""
-    n, mu, spe = point["cluster"]["learners"], point["cluster"]["minibatch"], point["workload"]["samples_per_epoch"]
-    tb = TraceBuilder()
-    every = spe / point["workload"]["evals_per_epoch"]
-    state = {"samples": 0, "next": every}
-    tb.eval(-1, -1, 0.0, 0.0)
-
-    def maybe_eval(t: float) -> None:
-        if state["samples"] >= state["next"] - 1e-9:
-            tb.eval(-1, -1, t, state["samples"] / spe)
-            while state["next"] <= state["samples"] + 1e-9:
-                state["next"] += every
-
+def _merge(point: dict[str, Any], logs: list[list[tuple]], epoch0: float) -> GossipRecorder:
+    """One trace from the nodes' logs, in time order, written through the simulator's
+    encoding (:class:`~ddlsim.simulator.protocols.GossipRecorder`; allreduce round by round).
+    An apply records the epoch the node's learning rate followed (its own progress)."""
+    rec = GossipRecorder(point)
+    rec.begin()
     if point["protocol"]["name"] == "allreduce":
-        for k in range(K):
-            gops = []
-            for i in range(n):
-                t1, _, node_i, v, start, kk, t0 = logs[i][2 * k]
-                gops.append(tb.grad(i, i, v, start, mu, kk, t0 - epoch0, t1 - epoch0, state["samples"] / spe))
+        n = rec.n
+        for k in range(rec.K):
+            grads = [logs[i][2 * k] for i in range(n)]
             t = max(logs[i][2 * k + 1][0] for i in range(n)) - epoch0
-            state["samples"] += n * mu
-            epoch = state["samples"] / spe
-            tb.apply(0, k, gops, [1.0 / n] * n, [0] * n, t, epoch)
-            for i in range(1, n):
-                tb.mix(i, k, 0, k + 1, 1.0, 0.0, t, t, epoch)
-            maybe_eval(t)
+            rec.allreduce_round(k, [g[6] - epoch0 for g in grads], [g[0] - epoch0 for g in grads], t)
     else:
         events = sorted(((e[0], i, s, e) for i, log in enumerate(logs) for s, e in enumerate(log)))
         last_grad: dict[int, int] = {}
         for t_abs, i, _, e in events:
             t = t_abs - epoch0
             if e[1] == "grad":
-                _, _, node_i, v, start, k, t0 = e
-                last_grad[i] = tb.grad(i, i, v, start, mu, k, t0 - epoch0, t, state["samples"] / spe)
+                _, _, _, v, _, k, t0 = e
+                last_grad[i] = rec.grad(i, k, v, t0 - epoch0, t)
             elif e[1] == "apply":
-                state["samples"] += mu
-                tb.apply(i, e[2], (last_grad.pop(i),), (1.0,), (0,), t, e[3])
-                maybe_eval(t)
+                rec.apply(i, last_grad.pop(i), 0, t, epoch=e[3])
             else:
-                _, _, node_i, v, src, src_v, coef, self_coef = e
-                tb.mix(i, v, src, src_v, coef, self_coef, t, t, state["samples"] / spe)
-    if tb.kinds[-1] != 3:
-        tb.eval(-1, -1, max(e[0] for log in logs for e in log) - epoch0, state["samples"] / spe)
-    return tb
+                _, _, _, _, src, src_v, coef, self_coef = e
+                rec.mix(i, src, src_v, coef, self_coef, t, t)
+    rec.finish(max(e[0] for log in logs for e in log) - epoch0)
+    return rec

@@ -1,9 +1,18 @@
 """Update rules for the trace backends (DESIGN.md, "Learning-rate policies").
 
-Everything here works on *flat* parameter vectors. The update functions are pure: they
-return new tensors and never modify their arguments (unless ``own_state=True`` lets them
-update the caller's optimizer state in place, as :class:`Optimizer` does with its own), so
-a backend may keep an old weights version alive for stale readers. Rules kept:
+Everything here works on *flat* parameter vectors. Each update rule has two forms side by
+side, as ``torch.optim`` keeps ``_single_tensor_*`` and ``_multi_tensor_*``:
+
+* the per-tensor form (:func:`sgd_update`, :func:`adagrad_update`) is pure: it returns new
+  tensors and never modifies its arguments (unless ``own_state=True`` lets it update the
+  caller's optimizer state in place, as :class:`Optimizer` does with its own), so a backend
+  may keep an old weights version alive for stale readers;
+* the row-batched form (:func:`sgd_update_rows_`, :func:`adagrad_update_rows_`) steps ``A``
+  nodes' rows at once, in place (the stacked replay's pool of weights rows), with one
+  learning rate or one per row; each row gets exactly the per-tensor form's arithmetic.
+
+:class:`Optimizer` dispatches to both (:meth:`Optimizer.step`, :meth:`Optimizer.step_rows_`);
+no other module spells an update rule. Rules kept:
 
 * :func:`sgd_update` is ``torch.optim.SGD`` with dampening 0: ``d = g + wd·x``;
   ``buf ← d + m·buf`` (``buf`` starts at 0, which equals torch's ``buf = d`` on the first
@@ -31,6 +40,18 @@ ADAGRAD_EPS = 1e-10
 POLICIES = ("constant", "mean_staleness", "per_gradient")
 
 
+def weight_decayed(g: Tensor, x: Tensor, weight_decay: float, w: float | np.ndarray | None = None) -> Tensor:
+    """``d = g + wd · x / w``: ``w`` None or 1 (x is the weights), a float (one PushSum
+    state), or one weight per row of ``x`` (rows); ``g`` itself when ``wd`` is 0."""
+    if weight_decay == 0:
+        return g
+    if w is None:
+        return torch.add(g, x, alpha=weight_decay)
+    if isinstance(w, float):
+        return torch.add(g, x, alpha=weight_decay / w if w != 1.0 else weight_decay)
+    return torch.addcmul(g, torch.from_numpy(weight_decay / w).to(x)[:, None], x)
+
+
 def sgd_update(x: Tensor, g: Tensor, buf: Tensor | None, lr: float, momentum: float = 0.0,
                nesterov: bool = False, weight_decay: float = 0.0, *,
                own_state: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -39,7 +60,7 @@ def sgd_update(x: Tensor, g: Tensor, buf: Tensor | None, lr: float, momentum: fl
     ``buf`` None means a zero buffer; with ``momentum == 0`` the buffer stays None.
     ``own_state``: the caller owns ``buf``, which is then updated in place (saves a copy).
     """
-    d = g if weight_decay == 0 else torch.add(g, x, alpha=weight_decay)
+    d = weight_decayed(g, x, weight_decay)
     if momentum == 0:
         return torch.add(x, d, alpha=-lr), buf
     if buf is None:
@@ -56,12 +77,54 @@ def adagrad_update(x: Tensor, g: Tensor, acc: Tensor | None, lr: float, weight_d
 
     ``acc`` None means a zero accumulator; ``own_state``: ``acc`` is updated in place.
     """
-    d = g if weight_decay == 0 else torch.add(g, x, alpha=weight_decay)
+    d = weight_decayed(g, x, weight_decay)
     if acc is None:
         new_acc = d * d
     else:
         new_acc = torch.addcmul(acc, d, d, out=acc if own_state else None)
     return torch.addcdiv(x, d, new_acc.sqrt().add_(eps), value=-lr), new_acc
+
+
+def _descend_(x: Tensor, step: Tensor, lr: float | Tensor, out: Tensor | None) -> None:
+    """``x ← x − lr · step`` in place (or into ``out``); ``lr`` a float or one per row (no ``out``)."""
+    if isinstance(lr, Tensor):
+        x.addcmul_(lr[:, None], step, value=-1.0)
+    elif out is None:
+        x.add_(step, alpha=-lr)
+    else:
+        torch.add(x, step, alpha=-lr, out=out)
+
+
+def sgd_update_rows_(x: Tensor, g: Tensor, buf: Tensor | None, lr: float | Tensor, momentum: float = 0.0,
+                     nesterov: bool = False, weight_decay: float = 0.0, w: float | np.ndarray | None = None,
+                     out: Tensor | None = None) -> None:
+    """:func:`sgd_update` on rows, in place: ``x`` (or ``out``) and the momentum rows ``buf``
+    (zeros before a row's first step; None when ``momentum`` is 0) are updated; ``lr`` is a
+    float or a tensor of one rate per row; ``w`` as in :func:`weight_decayed`."""
+    d = weight_decayed(g, x, weight_decay, w)
+    if buf is None:
+        step = d
+    else:
+        torch.add(d, buf, alpha=momentum, out=buf)
+        step = torch.add(d, buf, alpha=momentum) if nesterov else buf
+    _descend_(x, step, lr, out)
+
+
+def adagrad_update_rows_(x: Tensor, g: Tensor, acc: Tensor, lr: float | Tensor, weight_decay: float = 0.0,
+                         w: float | np.ndarray | None = None, eps: float = ADAGRAD_EPS,
+                         out: Tensor | None = None) -> None:
+    """:func:`adagrad_update` on rows, in place: ``x`` (or ``out``) and the sums of squares
+    ``acc`` (zeros before a row's first step) are updated; ``lr`` and ``w`` as in
+    :func:`sgd_update_rows_`."""
+    d = weight_decayed(g, x, weight_decay, w)
+    acc.addcmul_(d, d)
+    den = acc.sqrt().add_(eps)
+    if isinstance(lr, Tensor):
+        x.addcmul_(lr[:, None], d / den, value=-1.0)
+    elif out is None:
+        x.addcdiv_(d, den, value=-lr)
+    else:
+        torch.addcdiv(x, d, den, value=-lr, out=out)
 
 
 def lr_at(epoch: float | np.ndarray, opt_cfg: dict[str, Any]) -> float | np.ndarray:
@@ -127,7 +190,7 @@ class Optimizer:
         """
         wd = self.weight_decay
         if wd and w != 1.0:
-            g = torch.add(g, x, alpha=wd / w)
+            g = weight_decayed(g, x, wd, w)
             wd = 0.0
         if self.name == "adagrad":
             new_x, self.state[node] = adagrad_update(x, g, self.state.get(node), lr, wd, own_state=True)
@@ -135,3 +198,20 @@ class Optimizer:
             new_x, self.state[node] = sgd_update(x, g, self.state.get(node), lr, self.momentum,
                                                  self.nesterov, wd, own_state=True)
         return new_x
+
+    @property
+    def has_state(self) -> bool:
+        """Whether a step keeps per-node state (a momentum buffer or AdaGrad's sums)."""
+        return self.name == "adagrad" or self.momentum != 0
+
+    def step_rows_(self, x: Tensor, g: Tensor, state: Tensor | None, lr: float | Tensor,
+                   w: float | np.ndarray | None = None, out: Tensor | None = None) -> None:
+        """Step the rows ``x`` (several nodes' weights, or one node's as a 1-D row) on their
+        combined gradients ``g``, in place or into ``out``; ``state``: the nodes' state rows
+        (zeros before their first step; None without state), updated in place. Each row gets
+        exactly :meth:`step`'s arithmetic; weight decay acts on ``x / w``."""
+        if self.name == "adagrad":
+            assert state is not None
+            adagrad_update_rows_(x, g, state, lr, self.weight_decay, w, out=out)
+        else:
+            sgd_update_rows_(x, g, state, lr, self.momentum, self.nesterov, self.weight_decay, w, out)

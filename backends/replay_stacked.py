@@ -1,6 +1,6 @@
 """Stacked replay of multi-node (decentralized) traces: dataflow batches over a pool of rows.
 
-Same semantics as the generic interpreter (:class:`.replay.Replayer`, docs/replay.md):
+Same semantics as the generic interpreter (:class:`.replay_generic.Replayer`, docs/replay.md):
 results equal it to float rounding (tests/test_gossip_replay.py checks 1e-5). What differs
 is the order of execution and how many calls it takes (docs/replay.md, "Multi-node traces"):
 
@@ -40,35 +40,91 @@ Models that cannot be batched (batch norm) and single-node traces use the generi
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace
-from .optim import ADAGRAD_EPS, Optimizer
-from .replay import BATCH_BUDGET_FLOATS, BATCH_CAP, LOOKAHEAD, PENDING_LOSSES, RUN_CHUNK, Replayer, _Diverged
+from .flatmodel import FlatModel
+from .optim import Optimizer
+from .replay_data import Diverged, LossLog, Minibatches
+from .replay_generic import RUN_CHUNK, Replayer
+from .replay_plan import BATCH_CAP, LOOKAHEAD, Plan, capped, check_header, plan_trace
 from .workloads import Data
 
 RELEASE_CHUNK = 1 << 14     # trace ops released to the scheduler at a time
 SMALL_BATCH = 4             # fewer applies / mix runs than this: one by one, on views of rows
-COMBO = MIX                 # a collapsed run of mixes is scheduled as kind MIX
 
 
-def _by_node(rec: Any) -> int:
-    return rec[3]
+@dataclass(slots=True, eq=False)
+class GradRec:
+    """A consumed gradient: computed at ``x / w`` of state ``sid`` on the ``size`` samples
+    at stream position ``start``, scaled by ``coef``; its loss counts towards eval ``interval``.
+    ``reads``: what it waits for (state ids; gradient values are ``n_states + grad op``)."""
+
+    op: int
+    reads: tuple[int, ...]
+    sid: int
+    size: int
+    start: int
+    coef: float
+    interval: int
+    kind: ClassVar[int] = GRAD
 
 
-def _by_state(rec: Any) -> int:
+@dataclass(slots=True, eq=False)
+class ApplyRec:
+    """State ``sid`` of ``node`` steps on ``Σ coefs · g(gops)`` with learning rate ``lr``."""
+
+    op: int
+    reads: tuple[int, ...]
+    node: int
+    sid: int
+    gops: tuple[int, ...]
+    coefs: tuple[float, ...]
+    lr: float
+    kind: ClassVar[int] = APPLY
+
+
+@dataclass(slots=True, eq=False)
+class ComboRec:
+    """A collapsed run of mixes: ``node``'s new version ``new_sid = Σ_t coefs[t] · reads[t]``."""
+
+    op: int
+    reads: tuple[int, ...]
+    node: int
+    new_sid: int
+    coefs: tuple[float, ...]
+    kind: ClassVar[int] = MIX
+
+
+@dataclass(slots=True, eq=False)
+class EvalRec:
+    """Eval ``ordinal`` of ``node``'s state (``reads[0]``) or of the average (node −1)."""
+
+    op: int
+    reads: tuple[int, ...]
+    node: int
+    ordinal: int
+    kind: ClassVar[int] = EVAL
+
+
+def _by_node(rec: ComboRec) -> int:
+    return rec.node
+
+
+def _by_state(rec: GradRec | ApplyRec) -> int:
     """Sort key of grad and apply records: the state id they read (node order, then version)."""
-    return rec[3] if rec[0] == GRAD else rec[4]
+    return rec.sid
 
 
-class StackedReplayer(Replayer):
+class StackedReplayer:
     """Replays a multi-node trace with batched gradients, applies and mixes (module doc).
 
-    Same interface as :class:`.replay.Replayer`: :meth:`run`, ``curves``, ``diverged``,
+    Same interface as :class:`.replay_generic.Replayer`: :meth:`run`, ``curves``, ``diverged``,
     ``diverged_at_update``, ``updates``, ``peak_live_states``, ``peak_live_grads``,
     :meth:`final_states`; plus ``grad_calls`` (gradient computations: vmap calls),
     ``op_calls`` (batched apply / combination calls) and ``fallback`` (None, or why the
@@ -77,15 +133,29 @@ class StackedReplayer(Replayer):
 
     def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
                  batched: bool = True, batch_cap: int = BATCH_CAP, lookahead: int = LOOKAHEAD) -> None:
+        check_header(trace)
+        self.trace, self.data, self.opt = trace, data, opt
+        self.flat = FlatModel(model)
         # the generic plan without lookahead batching: lifetimes, coefficients, learning rates
-        super().__init__(trace, model, data, opt, batched=False, batch_cap=batch_cap, lookahead=lookahead)
+        self.plan: Plan = plan_trace(trace, opt, False, capped(self.flat.size, batch_cap), lookahead)
+        self.nodes = int(trace.header["nodes"])
+        self.device = data.train_x.device
+        self.minibatches = Minibatches(data, int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+        self.losses = LossLog(len(self.plan.evals), self.device)
+        self.curves: list[dict[str, Any]] = []
+        self.diverged = False
+        self.diverged_at_update: int | None = None
+        self.updates = 0
+        self.peak_live_states = 0
+        self.peak_live_grads = 0
+        self._hooked = type(self).on_grad_reads is not StackedReplayer.on_grad_reads
         self._generic_kw = {"batched": batched, "batch_cap": batch_cap, "lookahead": lookahead}
         self.fallback: str | None = None
         if self.nodes == 1:
             self.fallback = "single node"
         elif not (batched and self.flat.batchable):
             self.fallback = "not batchable"
-        self.cap = max(1, min(batch_cap, BATCH_BUDGET_FLOATS // (2 * self.flat.size)))
+        self.cap = capped(self.flat.size, batch_cap)
         self.grad_calls = 0
         self.op_calls = 0
         self._final: dict[int, tuple[Tensor, float]] = {}
@@ -99,7 +169,7 @@ class StackedReplayer(Replayer):
         try:
             self._prepare()
             self._run_stacked(x0)
-        except _Diverged:
+        except Diverged:
             self.flat.work.detach().copy_(x0)  # the generic replay starts from the model's weights
             self.fallback = "diverged"
             return self._run_generic()
@@ -107,7 +177,10 @@ class StackedReplayer(Replayer):
 
     def final_states(self) -> dict[int, tuple[Tensor, float]]:
         """Each node's latest (x, w) (after :meth:`run`: the final weights)."""
-        return self._final if self._final else super().final_states()
+        return self._final
+
+    def on_grad_reads(self, ops: list[int], x: Tensor, w: list[float]) -> None:
+        """Hook, a no-op here (as :meth:`.replay_generic.Replayer.on_grad_reads`)."""
 
     def _run_generic(self) -> list[dict[str, Any]]:
         rep = Replayer(self.trace, self.flat.model, self.data, self.opt, **self._generic_kw)
@@ -195,19 +268,19 @@ class StackedReplayer(Replayer):
         self._gvals: dict[int, tuple[Tensor, int]] = {}    # grad value → (batch tensor, row)
         self._waiting: dict[int, list[Any]] = {}           # value → records waiting for it
         self._missing: dict[int, int] = {}                 # op → values it still waits for
-        self._ready: dict[int, list[Any]] = {GRAD: [], APPLY: [], COMBO: [], EVAL: []}
+        self._ready: dict[int, list[Any]] = {GRAD: [], APPLY: [], MIX: [], EVAL: []}
         self._released = 0                                 # position in self._exec
         self._unfinished = 0                               # released, not executed
         self._eval_rows: dict[int, dict[str, Any]] = {}
         opt = self.opt
-        self._buf = torch.zeros_like(self._pool[:N]) if (opt.name == "adagrad" or opt.momentum) else None
+        self._buf = torch.zeros_like(self._pool[:N]) if opt.has_state else None
         self.peak_live_states = N
         n_exec, ready = len(self._exec), self._ready
         while True:
             if self._released < n_exec and self._unfinished < RELEASE_CHUNK // 2:
                 self._release()
-            if ready[COMBO]:
-                self._combos(self._take(COMBO))
+            if ready[MIX]:
+                self._combos(self._take(MIX))
             elif ready[APPLY]:
                 self._applies(self._take(APPLY))
             elif ready[EVAL]:
@@ -221,17 +294,16 @@ class StackedReplayer(Replayer):
                 break
         if self._unfinished:
             raise RuntimeError(f"stacked replay: {self._unfinished} ops never became ready")
-        self._flush_losses()
+        self.losses.flush()
         pool, row, w = self._pool, self._row, self._w
         self._final = {k: (pool[row[s]], float(w[s])) for k, s in enumerate(self._latest.tolist())}
         if any(not bool(torch.isfinite(x).all()) for x, _ in self._final.values()):
-            raise _Diverged
+            raise Diverged
         self.updates = int((self.trace.ops["kind"] == APPLY).sum())
         self.curves = []
         for j in sorted(self._eval_rows):
             r = self._eval_rows[j]
-            n = self._loss_n[j]
-            r["train_loss"] = self._loss_sum[j] / n if n else math.nan
+            r["train_loss"] = self.losses.mean(j)
             r["consensus_distance"] = r.pop("consensus_distance")  # the generic path's key order
             self.curves.append(r)
 
@@ -243,24 +315,21 @@ class StackedReplayer(Replayer):
     def _take_grads(self) -> list[Any]:
         """Up to the cap of the ready gradients that share the first one's minibatch size."""
         ready = self._ready[GRAD]
-        size = ready[0][4]
-        if len(ready) <= self.cap and all(rec[4] == size for rec in ready):
+        size = ready[0].size
+        if len(ready) <= self.cap and all(rec.size == size for rec in ready):
             take, self._ready[GRAD] = ready, []
         else:
             take, keep = [], []
             for rec in ready:
-                (take if rec[4] == size and len(take) < self.cap else keep).append(rec)
+                (take if rec.size == size and len(take) < self.cap else keep).append(rec)
             self._ready[GRAD] = keep
         take.sort(key=_by_state)  # node order: the applies then take the batch as it is
         return take
 
     def _release(self) -> None:
-        """Turn the next window of executable ops into records; queue them, or make them wait.
-
-        Records: ``(GRAD, op, reads, sid, size, start, coef, interval)``,
-        ``(APPLY, op, reads, node, sid, grad ops, coefs, lr)``,
-        ``(COMBO, op, reads, node, new sid, coefs)``, ``(EVAL, op, reads, node, ordinal)``;
-        ``reads`` are state ids and, for gradients, ``n_states + grad op``.
+        """Turn the next window of executable ops into records (:class:`GradRec`,
+        :class:`ApplyRec`, :class:`ComboRec`, :class:`EvalRec`); queue them, or make them wait
+        for what they read (state ids and, for gradients, ``n_states + grad op``).
         """
         ops, plan, inp = self.trace.ops, self.plan, self.trace.inputs
         lo = self._released
@@ -276,19 +345,19 @@ class StackedReplayer(Replayer):
         waiting, missing, ready = self._waiting, self._missing, self._ready
         for i, k, nd, sid, gsid, start, size, coef, interval, s, c, lr, j in cols:
             if k == GRAD:
-                rec = (GRAD, i, (gsid,), gsid, size, start, coef, interval)
+                rec: Any = GradRec(i, (gsid,), gsid, size, start, coef, interval)
             elif k == APPLY:
                 gops = tuple(inp["grad_op"][s:s + c].tolist())
                 coefs = (1.0,) if c == 1 else tuple(plan.coefs[s:s + c].tolist())  # a single one is pre-scaled
-                rec = (APPLY, i, (sid, *[GV + g for g in gops]), nd, sid, gops, coefs, lr)
+                rec = ApplyRec(i, (sid, *[GV + g for g in gops]), nd, sid, gops, coefs, lr)
             elif k == MIX:
                 sids, coefs = self._chain(i)
-                rec = (COMBO, i, tuple(sids), nd, sid + 1, tuple(coefs))
+                rec = ComboRec(i, tuple(sids), nd, sid + 1, tuple(coefs))
             else:
                 latest = self._latest_at[j].tolist()
-                rec = (EVAL, i, tuple(latest) if nd < 0 else (sid, *latest), nd, j)
+                rec = EvalRec(i, tuple(latest) if nd < 0 else (sid, *latest), nd, j)
             wait = 0
-            for v in rec[2]:
+            for v in rec.reads:
                 if v not in (row if v < GV else gvals):
                     wait += 1
                     waiting.setdefault(v, []).append(rec)
@@ -371,7 +440,7 @@ class StackedReplayer(Replayer):
         refs, row, free, GV, gvals = self._refs, self._row, self._free, self._n_states, self._gvals
         hf, home = self._home_free, 2 * self.nodes
         for rec in recs:
-            for v in rec[2]:
+            for v in rec.reads:
                 if v >= GV:
                     del gvals[v]
                     continue
@@ -394,13 +463,13 @@ class StackedReplayer(Replayer):
         if recs:
             missing, ready = self._missing, self._ready
             for rec in recs:
-                i = rec[1]
+                i = rec.op
                 c = missing[i] - 1
                 if c:
                     missing[i] = c
                 else:
                     del missing[i]
-                    ready[rec[0]].append(rec)
+                    ready[rec.kind].append(rec)
 
     def _created_states(self, sids: list[int], rows: list[int]) -> None:
         """The new versions ``sids`` now live in ``rows``: register them, wake their readers."""
@@ -419,39 +488,33 @@ class StackedReplayer(Replayer):
     # -- the batched ops ---------------------------------------------------------------
     def _grads(self, recs: list[Any]) -> None:
         """One vmap call for the gradients of ``recs`` at x / w of the versions they read."""
-        sids = [rec[3] for rec in recs]
+        sids = [rec.sid for rec in recs]
         row = self._row
         x, _ = self._view([row[s] for s in sids])
         ws = self._w[sids]
         if self._hooked:
-            self.on_grad_reads([rec[1] for rec in recs], x, ws.tolist())
+            self.on_grad_reads([rec.op for rec in recs], x, ws.tolist())
         z = self._debias(x, ws)
-        xb, yb = self.batch_data(np.array([rec[5] for rec in recs]), recs[0][4])
-        coef = [rec[6] for rec in recs]
+        xb, yb = self.minibatches.many(np.array([rec.start for rec in recs]), recs[0].size)
+        coef = [rec.coef for rec in recs]
         scale = None if all(c == 1.0 for c in coef) else torch.tensor(coef, dtype=z.dtype, device=self.device)
         g, lt = self.flat.grad_batch(z, xb, yb, scale)
         self.grad_calls += 1
-        intervals = [rec[7] for rec in recs]
-        if self._lazy_losses:
-            self._pending.append((intervals, lt, 0))
-            if len(self._pending) >= PENDING_LOSSES:
-                self._flush_losses()
-        else:
-            self._add_losses(intervals, lt.tolist(), 0)
+        self.losses.add_many([rec.interval for rec in recs], lt, 0)
         GV, gvals = self._n_states, self._gvals
         for b, rec in enumerate(recs):
-            gvals[GV + rec[1]] = (g, b)
+            gvals[GV + rec.op] = (g, b)
         if len(gvals) > self.peak_live_grads:
             self.peak_live_grads = len(gvals)
         self._done(recs)
         for rec in recs:
-            self._wake(GV + rec[1])
+            self._wake(GV + rec.op)
 
     def _combined(self, recs: list[Any]) -> Tensor:
         """(A, P): each apply's Σ coef · g (a lone gradient was scaled when it was computed)."""
         GV, gvals = self._n_states, self._gvals
-        if all(len(rec[5]) == 1 for rec in recs):
-            pairs = [gvals[GV + rec[5][0]] for rec in recs]
+        if all(len(rec.gops) == 1 for rec in recs):
+            pairs = [gvals[GV + rec.gops[0]] for rec in recs]
             first = pairs[0][0]
             if all(t is first for t, _ in pairs):
                 rows = [b for _, b in pairs]
@@ -460,7 +523,7 @@ class StackedReplayer(Replayer):
                 return first.index_select(0, torch.tensor(rows, device=self.device))
         groups: dict[int, tuple[Tensor, np.ndarray]] = {}
         for a, rec in enumerate(recs):
-            for g, c in zip(rec[5], rec[6]):
+            for g, c in zip(rec.gops, rec.coefs):
                 t, b = gvals[GV + g]
                 entry = groups.get(id(t))
                 if entry is None:
@@ -476,13 +539,11 @@ class StackedReplayer(Replayer):
     def _applies(self, recs: list[Any]) -> None:
         """One optimizer step for every ready apply: rows of the pool, per-node state rows.
 
-        The generic path's arithmetic (:class:`.optim.Optimizer`): ``d = g + wd · x / w``;
-        SGD ``buf ← d + m · buf`` (buffer from 0), step ``buf`` or ``d + m · buf``;
-        AdaGrad ``acc ← acc + d²``, step ``d / (√acc + eps)``; ``x ← x − lr · step``. A
-        version only the apply still reads is overwritten in place.
+        The rule is :meth:`.optim.Optimizer.step_rows_` (the generic path's arithmetic, row by
+        row). A version only the apply still reads is overwritten in place.
         """
         recs.sort(key=_by_state)
-        sids = [rec[4] for rec in recs]
+        sids = [rec.sid for rec in recs]
         row, refs = self._row, self._refs
         rows = [row[s] for s in sids]
         if len(recs) < SMALL_BATCH or self._out(rows) is None:
@@ -496,44 +557,25 @@ class StackedReplayer(Replayer):
             targets = rows
         else:
             region = self._region(rows)
-            targets = [self._target(rec[3], region) for rec in recs]
+            targets = [self._target(rec.node, region) for rec in recs]
         if is_view and not in_place:
             x = x.clone()  # the versions read stay as they are
         g = self._combined(recs)
         ws = self._w[sids]
-        wd = opt.weight_decay
-        if not wd:
-            d = g
-        elif not self._w_one and (ws != 1.0).any():
-            d = torch.addcmul(g, torch.from_numpy(wd / ws).to(x)[:, None], x)
-        else:
-            d = torch.add(g, x, alpha=wd)
-        lrs = [rec[7] for rec in recs]
-        same_lr = all(v == lrs[0] for v in lrs)
-        buf = self._buf
-        if buf is not None:
-            nodes = [rec[3] for rec in recs]
-            whole = nodes == list(range(self.nodes))
-            nidx = None if whole else torch.tensor(nodes, device=self.device)
-            b = buf if whole else buf.index_select(0, nidx)
-            if opt.name == "adagrad":
-                b = torch.addcmul(b, d, d, out=b)
+        w = ws if opt.weight_decay and not self._w_one and (ws != 1.0).any() else None
+        lrs = [rec.lr for rec in recs]
+        lr = lrs[0] if all(v == lrs[0] for v in lrs) else torch.tensor(lrs, dtype=x.dtype, device=self.device)
+        buf, state, nidx = self._buf, None, None
+        if buf is not None:  # the nodes' state rows: a view when all nodes step, else a gathered copy
+            nodes = [rec.node for rec in recs]
+            if nodes == list(range(self.nodes)):
+                state = buf
             else:
-                b = torch.add(d, b, alpha=opt.momentum, out=b)
-            if not whole:
-                buf.index_copy_(0, nidx, b)
-        if opt.name == "adagrad":
-            den = b.sqrt().add_(ADAGRAD_EPS)
-            if same_lr:
-                x.addcdiv_(d, den, value=-lrs[0])
-            else:
-                x.addcmul_(torch.tensor(lrs, dtype=x.dtype, device=self.device)[:, None], d / den, value=-1.0)
-        else:
-            step = d if buf is None else (torch.add(d, b, alpha=opt.momentum) if opt.nesterov else b)
-            if same_lr:
-                x.add_(step, alpha=-lrs[0])
-            else:
-                x.addcmul_(torch.tensor(lrs, dtype=x.dtype, device=self.device)[:, None], step, value=-1.0)
+                nidx = torch.tensor(nodes, device=self.device)
+                state = buf.index_select(0, nidx)
+        opt.step_rows_(x, g, state, lr, w)
+        if nidx is not None:
+            buf.index_copy_(0, nidx, state)
         self._write(targets, x)
         self.op_calls += 1
         if in_place:
@@ -542,7 +584,7 @@ class StackedReplayer(Replayer):
                 del row[s]
             self._unfinished -= len(recs)
             for rec in recs:
-                for v in rec[2][1:]:
+                for v in rec.reads[1:]:
                     del self._gvals[v]
         else:
             self._done(recs)
@@ -557,28 +599,28 @@ class StackedReplayer(Replayer):
         """
         recs.sort(key=_by_node)
         row, N = self._row, self.nodes
-        own = [row[rec[2][-1]] for rec in recs]
+        own = [row[rec.reads[-1]] for rec in recs]
         if len(recs) < SMALL_BATCH or self._out(own) is None:
             for rec in recs:  # few, or scattered rows: gathers would cost more than they save
                 self._combo_one(rec)
             return
-        width = max(len(rec[2]) for rec in recs)
+        width = max(len(rec.reads) for rec in recs)
         cols = [own]
-        coefs = [[rec[5][-1] for rec in recs]]
+        coefs = [[rec.coefs[-1] for rec in recs]]
         for t in range(2, width + 1):
-            cols.append([row[rec[2][-t]] if len(rec[2]) >= t else cols[0][a] for a, rec in enumerate(recs)])
-            coefs.append([rec[5][-t] if len(rec[2]) >= t else 0.0 for rec in recs])
+            cols.append([row[rec.reads[-t]] if len(rec.reads) >= t else cols[0][a] for a, rec in enumerate(recs)])
+            coefs.append([rec.coefs[-t] if len(rec.reads) >= t else 0.0 for rec in recs])
         # new rows: each node's home row in the region its own version is not in (ping-pong), also
         # when a version that dies with this batch sits there (then through a temporary)
         hf, hs, refs = self._home_free, self._home_sid, self._refs
         reads: dict[int, int] = {}
         for rec in recs:
-            for s in rec[2]:
+            for s in rec.reads:
                 reads[s] = reads.get(s, 0) + 1
         region = 1 - self._region(cols[0])
         targets, alias = [], False
         for rec in recs:
-            r = region * N + rec[3]
+            r = region * N + rec.node
             if hf[r]:
                 hf[r] = 0
             else:
@@ -586,7 +628,7 @@ class StackedReplayer(Replayer):
                 if s >= 0 and refs[s] == reads.get(s, 0):
                     alias = True
                 else:
-                    r = self._target(rec[3], region)
+                    r = self._target(rec.node, region)
             targets.append(r)
         out = None if alias else self._out(targets)
         acc = None
@@ -605,63 +647,42 @@ class StackedReplayer(Replayer):
             self._write(targets, acc)
         self.op_calls += 1
         self._done(recs)
-        self._created_states([rec[4] for rec in recs], targets)
+        self._created_states([rec.new_sid for rec in recs], targets)
 
-    def _apply_one(self, rec: Any) -> None:
+    def _apply_one(self, rec: ApplyRec) -> None:
         """One apply on views of its pool row and optimizer-state row (a small batch)."""
-        opt, row, refs = self.opt, self._row, self._refs
-        nd, sid = rec[3], rec[4]
+        row, refs = self._row, self._refs
+        nd, sid = rec.node, rec.sid
         r = row[sid]
         in_place = refs[sid] == 1
         t = r if in_place else self._target(nd, self._region([r]))
         pool = self._pool  # after _target, which may have grown it
         x = pool[r]
         GV, gvals = self._n_states, self._gvals
-        if len(rec[5]) == 1:
-            gt, b = gvals[GV + rec[5][0]]
+        if len(rec.gops) == 1:
+            gt, b = gvals[GV + rec.gops[0]]
             g = gt[b]
         else:
             g = None
-            for go, c in zip(rec[5], rec[6]):
+            for go, c in zip(rec.gops, rec.coefs):
                 gt, b = gvals[GV + go]
                 g = gt[b] * c if g is None else g.add_(gt[b], alpha=c)
-        wd, w = opt.weight_decay, float(self._w[sid])
-        d = g if not wd else torch.add(g, x, alpha=wd / w if w != 1.0 else wd)
-        lr = rec[7]
-        if self._buf is not None:
-            b = self._buf[nd]
-            if opt.name == "adagrad":
-                b.addcmul_(d, d)
-                step = None
-                den = b.sqrt().add_(ADAGRAD_EPS)
-            else:
-                torch.add(d, b, alpha=opt.momentum, out=b)
-                step = torch.add(d, b, alpha=opt.momentum) if opt.nesterov else b
-        else:
-            step = d
-        if opt.name == "adagrad":
-            if in_place:
-                x.addcdiv_(d, den, value=-lr)
-            else:
-                torch.addcdiv(x, d, den, value=-lr, out=pool[t])
-        elif in_place:
-            x.add_(step, alpha=-lr)
-        else:
-            torch.add(x, step, alpha=-lr, out=pool[t])
+        state = None if self._buf is None else self._buf[nd]
+        self.opt.step_rows_(x, g, state, rec.lr, float(self._w[sid]), None if in_place else pool[t])
         self.op_calls += 1
         if in_place:
             del refs[sid], row[sid]
             self._unfinished -= 1
-            for v in rec[2][1:]:
+            for v in rec.reads[1:]:
                 del gvals[v]
         else:
             self._done([rec])
         self._created_states([sid + 1], [t])
 
-    def _combo_one(self, rec: Any) -> None:
+    def _combo_one(self, rec: ComboRec) -> None:
         """One run of mixes on views of pool rows (a small batch); its new row is a free one."""
         row = self._row
-        sids, coefs, nd = rec[2], rec[5], rec[3]
+        sids, coefs, nd = rec.reads, rec.coefs, rec.node
         r_self = row[sids[-1]]
         t = self._target(nd, 1 - self._region([r_self]))
         pool = self._pool  # _target may have grown the pool
@@ -671,19 +692,19 @@ class StackedReplayer(Replayer):
             out.add_(pool[row[s]], alpha=c)
         self.op_calls += 1
         self._done([rec])
-        self._created_states([rec[4]], [t])
+        self._created_states([rec.new_sid], [t])
 
     def _eval(self, rec: Any) -> None:
         """Test error of a version (or of the nodes' average) and the nodes' consensus distance."""
-        i, sids, k, j = rec[1], rec[2], rec[3], rec[4]
-        self._flush_losses()
+        i, sids, k, j = rec.op, rec.reads, rec.node, rec.ordinal
+        self.losses.flush()
         row = self._row
         x, _ = self._view([row[s] for s in sids])
         z = self._debias(x, self._w[list(sids)])
         latest = z if k < 0 else z[1:]
         mean = latest.mean(0)
         if not bool(torch.isfinite(mean if k < 0 else z[0]).all()):
-            raise _Diverged
+            raise Diverged
         ops = self.trace.ops
         self._eval_rows[j] = {
             "epoch": float(ops["epoch"][i]), "updates": int(self._updates_before[i]),

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..simulator.catalog import MLP_HIDDEN, SIMULATION_ONLY_MODELS, DatasetInfo, dataset_info
+from ..simulator.catalog import (FILE_DATASETS, IMAGE_MODELS, MLP_HIDDEN, SIMULATION_ONLY_MODELS,
+                                 TRAINABLE_MODELS, DatasetInfo, dataset_info)
 from .base import BackendError
 
 DIGITS_SPLIT_SEED = 1797
@@ -40,7 +41,6 @@ _NORMALIZE = {
     "mnist": ((0.1307,), (0.3081,)),
     "fashion_mnist": ((0.2860,), (0.3530,)),
 }
-IMAGE_MODELS = ("lenet", "rudra_cifar", "resnet18")
 
 
 @dataclass
@@ -171,7 +171,7 @@ def make_model(name: str, info: DatasetInfo) -> nn.Module:
     """Build model ``name`` for data set ``info`` (current torch RNG draws the weights)."""
     if name in SIMULATION_ONLY_MODELS:
         raise BackendError(f"model {name!r} is simulation-only: it cannot be replayed "
-                           f"(use mlp, lenet, rudra_cifar or resnet18)")
+                           f"(use {', '.join(TRAINABLE_MODELS)})")
     c = info.classes
     if name == "mlp":
         n_in = int(np.prod(info.shape))

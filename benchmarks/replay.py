@@ -28,7 +28,10 @@ import torch.nn.functional as F
 
 from ddlsim.backends.base import BackendError
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import Replayer, _engine_run_backward, make_replayer, resolve_device
+from ddlsim.backends.autograd_engine import FAST, backward
+from ddlsim.backends.device import resolve_device
+from ddlsim.backends.replay import make_replayer
+from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.replay_stacked import StackedReplayer
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.scenarios.load import load_text
@@ -94,7 +97,7 @@ def plain_loop(point: dict, data, trace: Trace, device: torch.device, direct: bo
         for idx in batches:
             model.zero_grad()
             loss = F.cross_entropy(model(x[idx]), y[idx])
-            _engine_run_backward((loss,), (seed,), False, False, (), allow_unreachable=True, accumulate_grad=True)
+            backward(loss, seed)
     else:
         for idx in batches:
             model.zero_grad()
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     best = {"plain": np.inf, "direct": np.inf, "single": np.inf, "batched": np.inf}
     for _ in range(a.repeats):
         best["plain"] = min(best["plain"], plain_loop(point, data, trace, device))
-        if _engine_run_backward is not None:
+        if FAST:
             best["direct"] = min(best["direct"], plain_loop(point, data, trace, device, direct=True))
         best["single"] = min(best["single"], replay_once(point, data, trace, False, device)[0])
         best["batched"] = min(best["batched"], replay_once(point, data, trace, True, device)[0])

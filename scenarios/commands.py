@@ -7,6 +7,9 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from ..backends.device import resolve_device
+from ..simulator.catalog import FILE_DATASETS, TRAINABLE_MODELS
+from .cli_common import resolve_scenario, safe_name
 from .schema import ScenarioError
 
 
@@ -48,7 +51,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..backends.calibrate import calibrate
+    from ..backends.calibrate import calibrate, cycle_scenario
 
     try:
         sizes = [int(v) for v in args.minibatches.split(",")]
@@ -58,8 +61,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≥ 1")
     if max(sizes) > 1_000_000:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≤ 1000000")
-    from ..backends.replay import resolve_device
-
     resolve_device(args.device)
     out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
     if out.is_dir():
@@ -68,9 +69,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     existed = out.exists()
     with open(out, "a"):  # writable? (fails now, not after the measurements)
         pass
+    def cycle_point(apply_s: float, bandwidth_Bps: float) -> dict:
+        from .load import load_text
+
+        return load_text(cycle_scenario(args.model, args.dataset, apply_s, bandwidth_Bps)).points()[0]
+
     try:
         m = calibrate(args.model, args.dataset, args.device, sizes, out, network=not args.no_network,
-                      cycle=not args.no_cycle)
+                      cycle=None if args.no_cycle else cycle_point)
     except BaseException:
         if not existed:  # no empty profile left behind for validate to read as "no calibration"
             out.unlink(missing_ok=True)
@@ -89,12 +95,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .cli import resolve_scenario
     from .load import load
     from .validate import median_abs_error, validate
 
     scenario = load(resolve_scenario(args.scenario), args.set)
-    out = Path(args.out or f"results/{scenario.base['name']}-validate")
+    out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-validate"
     rows = validate(scenario, out, args.profile, progress=not args.quiet)
     print(f"{'run':30s} {'measured s/epoch':>16s} {'simulated':>10s} {'rel err':>8s} {'σ live':>7s} "
           f"{'σ sim':>7s} {'σ TV':>6s}")
@@ -108,7 +113,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add the plot and report commands to the ``ddlsim`` parser."""
+    """Add plot, report, calibrate and validate to the ``ddlsim`` parser."""
     p = sub.add_parser("plot", help="draw the tradeoff figures of a results directory (PNG and SVG)")
     p.add_argument("results", help="results directory")
     p.add_argument("--out", help="figure directory (default RESULTS/figures)")
@@ -118,8 +123,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="HTML file (default RESULTS/report.html)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("calibrate", help="measure compute, server and loopback network costs; write a profile")
-    p.add_argument("--model", default="mlp", choices=("mlp", "lenet", "rudra_cifar", "resnet18"))
-    p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "mnist", "fashion_mnist"))
+    p.add_argument("--model", default="mlp", choices=TRAINABLE_MODELS)
+    p.add_argument("--dataset", default="digits", choices=("digits",) + FILE_DATASETS)
     p.add_argument("--device", default="cpu")
     p.add_argument("--minibatches", default="1,2,4,8,16,32,64,128", help="comma-separated minibatch sizes")
     p.add_argument("--no-network", action="store_true", help="skip the loopback network measurements")
@@ -134,6 +139,3 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="output directory (default results/<name>-validate)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_validate)
-    from .advise import register as register_advise
-
-    register_advise(sub)

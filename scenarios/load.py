@@ -25,9 +25,10 @@ from typing import Any
 
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.compute import ProfileError, load_profile
+from ..simulator.protocols import spec_of
+from ..simulator.trace import SCHEMA_VERSION
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
 
-TRACE_SCHEMA_VERSION = 1
 MAX_POINTS = 100_000
 MAX_FILE_BYTES = 1 << 20
 
@@ -199,9 +200,9 @@ def _resolve_profile(scenario: Scenario, folder: Path) -> None:
 def _check_point(path: str, point: dict[str, Any], label: str) -> None:
     lam = point["cluster"]["learners"]
     proto = point["protocol"]
-    if proto["name"] == "softsync" and not 1 <= proto["n"] <= lam:
+    if spec_of(point).uses_n and not 1 <= proto["n"] <= lam:
         raise ScenarioError(
-            f"{path}: key 'protocol.n' = {proto['n']}{label}: softsync needs 1 ≤ n ≤ learners ({lam})")
+            f"{path}: key 'protocol.n' = {proto['n']}{label}: {proto['name']} needs 1 ≤ n ≤ learners ({lam})")
     wl = point["workload"]
     try:
         info = dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"])
@@ -241,20 +242,21 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
 
 
 def point_hash(point: dict[str, Any]) -> str:
-    """Stable hash of a point's values and the trace schema version."""
+    """Stable hash of a point's values and the trace schema version (a new trace schema makes
+    every stored result stale, so ``--resume`` recomputes it)."""
     clean = {k: v for k, v in point.items() if not k.startswith("_")}
-    blob = json.dumps({"v": TRACE_SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
+    blob = json.dumps({"v": SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def run_id(point: dict[str, Any]) -> str:
     """Readable unique id: protocol, learners, minibatch and a hash of the point."""
     p = point["protocol"]["name"]
-    if p == "softsync":
+    if spec_of(point).uses_n:
         p += str(point["protocol"]["n"])
     c = point["cluster"]
     return f"{p}-l{c['learners']}-m{c['minibatch']}-{point_hash(point)[:8]}"
 
 
 __all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id",
-           "point_hash", "get_dotted", "TRACE_SCHEMA_VERSION"]
+           "point_hash", "get_dotted"]

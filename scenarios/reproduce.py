@@ -99,7 +99,7 @@ def _run(scenario: Any, out: Path, backend: str | None, jobs: int | None, progre
 
 
 def _save(fig: Any, path: Path) -> Path:
-    from ..analysis._io import atomic_write
+    from ..simulator.files import atomic_write
     from ..analysis.figures import figure_bytes
 
     return atomic_write(path, figure_bytes(fig, "png", dpi=FIG_DPI))
@@ -322,7 +322,7 @@ def grid_section(c: dict) -> list[str]:
 
 # -- the note --------------------------------------------------------------------------------------
 def write_note(out: Path, plan: Plan, a: dict, b: dict, c: dict, wall_s: float) -> Path:
-    from ..analysis._io import atomic_write
+    from ..simulator.files import atomic_write
 
     mode = "quick (`--quick`: tiny runs, a smoke test; numbers are NOT the reproduction)" if plan.quick \
         else "full"
@@ -341,15 +341,15 @@ def write_note(out: Path, plan: Plan, a: dict, b: dict, c: dict, wall_s: float) 
 def reproduce(out: Path = DOCS, results: Path = Path("results/reproduce"), quick: bool = False,
               jobs: int | None = None, progress: bool = False) -> Path:
     """Run the three experiments and write the note; return its path."""
-    import torch
+    from ..backends.device import torch_threads
 
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
     plan = QUICK if quick else FULL
     figures = out / "figures"
-    a = staleness_part(plan, results, figures, jobs, progress)
-    b = lr_part(plan, results, figures, jobs, progress)
-    c = grid_part(plan, results, figures, jobs, progress)
+    with torch_threads(1):
+        a = staleness_part(plan, results, figures, jobs, progress)
+        b = lr_part(plan, results, figures, jobs, progress)
+        c = grid_part(plan, results, figures, jobs, progress)
     return write_note(out, plan, a, b, c, time.perf_counter() - t0)
 
 

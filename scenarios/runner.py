@@ -24,12 +24,14 @@ import os
 import sys
 import time
 import traceback
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..simulator.trace import atomic_write_bytes
+from ..simulator.files import atomic_write
+from ..simulator.protocols import spec_of
+from .executors import make_executor, stop_executor
 from .load import Scenario, point_hash
 
 RESULT = "result.json"
@@ -58,9 +60,9 @@ def lead_values(point: dict[str, Any]) -> dict[str, Any]:
     """The identifying columns of a point's summary row."""
     proto = point["protocol"]["name"]
     lam = point["cluster"]["learners"]
-    n = point["protocol"]["n"] if proto == "softsync" else (lam if proto == "async" else None)
     row = {"run_id": point["_id"], "protocol": proto, "learners": lam,
-           "minibatch": point["cluster"]["minibatch"], "softsync_n": n}
+           "minibatch": point["cluster"]["minibatch"],
+           "softsync_n": spec_of(point).softsync_of(lam, point["protocol"]["n"])}
     for k, v in point.get("_swept", {}).items():
         row.setdefault(k, v)
     return row
@@ -77,7 +79,8 @@ def _staleness_csv(hist: list[tuple[int, int]]) -> bytes:
 def run_task(task: Task) -> dict[str, Any]:
     """Simulate one point (and run its backend); write its run directory; return the result."""
     from ..simulator import trace as tracemod
-    from ..simulator.run import simulate, staleness_histogram
+    from ..simulator.run import simulate
+    from ..simulator.stats import staleness_histogram
 
     point = task.point
     run_dir = Path(task.out_dir) / "runs" / point["_id"]
@@ -88,13 +91,12 @@ def run_task(task: Task) -> dict[str, Any]:
         sim = simulate(point)
         row.update(sim.summary)
         tracemod.write(sim.trace, run_dir / "trace.ddlt")
-        atomic_write_bytes(run_dir / "staleness.csv", _staleness_csv(staleness_histogram(sim.trace)))
+        atomic_write(run_dir / "staleness.csv", _staleness_csv(staleness_histogram(sim.trace)))
         if task.backend:
             from ..backends.base import RunOptions
             from ..backends.registry import get_backend
 
             options = RunOptions(**task.options)
-            _one_thread(options.threads)
             result = get_backend(task.backend).run(sim.trace, point, options)
             row.update(result.summary)
             curves = [{"run_id": point["_id"], **c} for c in result.curves]
@@ -111,20 +113,13 @@ def run_task(task: Task) -> dict[str, Any]:
 def store_result(out_dir: Path, record: dict[str, Any]) -> None:
     """Mark a point complete: its ``result.json``, written atomically and last."""
     path = out_dir / "runs" / record["row"]["run_id"] / RESULT
-    atomic_write_bytes(path, json.dumps(record, default=_json_default).encode())
+    atomic_write(path, json.dumps(record, default=_json_default).encode())
 
 
 def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(type(o).__name__)
-
-
-def _one_thread(threads: int) -> None:
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 def load_result(out_dir: Path, point: dict[str, Any]) -> dict[str, Any] | None:
@@ -158,10 +153,10 @@ def write_tables(out_dir: Path, records: list[dict[str, Any]]) -> None:
     swept = [k for k in seen if "." in k and k not in COVERED]
     fixed = LEAD_COLUMNS + swept + [k for k in SIM_COLUMNS + BACKEND_COLUMNS if k in seen]
     ordered = fixed + [k for k in seen if k not in fixed and k not in COVERED + TAIL] + TAIL
-    atomic_write_bytes(out_dir / "summary.csv", _csv(ordered, rows))
+    atomic_write(out_dir / "summary.csv", _csv(ordered, rows))
     curves = [c for r in records for c in r["curves"]]
     ccols = list(CURVE_COLUMNS) + sorted({k for c in curves for k in c} - set(CURVE_COLUMNS))
-    atomic_write_bytes(out_dir / "curves.csv", _csv(ccols, curves))
+    atomic_write(out_dir / "curves.csv", _csv(ccols, curves))
 
 
 def _csv(cols: list[str], rows: Iterable[dict[str, Any]]) -> bytes:
@@ -178,30 +173,24 @@ def default_jobs(points: int) -> int:
     return max(1, min(points, os.cpu_count() or 1))
 
 
-def make_executor(kind: str, jobs: int, scheduler: str | None = None) -> Executor:
-    """A ``concurrent.futures`` executor: local processes, or a Dask cluster's client."""
-    if kind == "dask":
-        from .dask_executor import dask_executor
-
-        return dask_executor(scheduler, jobs)
-    import multiprocessing
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+def run_sweep(scenario: Scenario, out_dir: str | Path, **kw: Any) -> list[dict[str, Any]]:
+    """Run every point of ``scenario``; return the result records in sweep order (see
+    :func:`run_points` for the options)."""
+    return run_points(scenario, scenario.points(), out_dir, **kw)
 
 
-def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = None,
-              options: dict[str, Any] | None = None, jobs: int | None = None, resume: bool = False,
-              executor: str = "local", scheduler: str | None = None, progress: bool = True,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run every point; return the result records in sweep order.
-
-    Without ``resume`` an existing result of a point is recomputed; with it, kept.
+def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | Path, *,
+               backend: str | None = None, options: dict[str, Any] | None = None, jobs: int | None = None,
+               resume: bool = False, executor: str = "local", scheduler: str | None = None,
+               progress: bool = True,
+               on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run ``points`` (some or all of ``scenario``'s) into ``out_dir``; return the result
+    records in their order. Without ``resume`` an existing result of a point is recomputed;
+    with it, kept.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    points = scenario.points()
-    atomic_write_bytes(out / "scenario.json", json.dumps(
+    atomic_write(out / "scenario.json", json.dumps(
         {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
          "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
          "points": [p["_id"] for p in points]}, indent=1).encode())
@@ -250,22 +239,13 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, *, backend: str | None = 
                 finish(futures[fut], fut.result())
         except BaseException:  # Ctrl-C, SIGTERM: keep what is stored, stop the workers now
             write_tables(out, [r for r in records if r is not None])
-            _stop(ex)
+            stop_executor(ex)
             raise
         ex.shutdown(wait=True)
     bar.close()
     done = [r for r in records if r is not None]
     write_tables(out, done)
     return done
-
-
-def _stop(ex: Executor) -> None:
-    """Cancel pending points and end the worker processes without waiting for them."""
-    procs = list((getattr(ex, "_processes", None) or {}).values())  # ProcessPoolExecutor's workers
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-    ex.shutdown(wait=False, cancel_futures=True)
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
@@ -275,4 +255,4 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
                 disable=not enabled, dynamic_ncols=True, leave=True)
 
 
-__all__ = ["Task", "run_sweep", "run_task", "write_tables", "load_result"]
+__all__ = ["Task", "run_sweep", "run_points", "run_task", "write_tables", "load_result"]

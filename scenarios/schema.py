@@ -11,6 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..simulator.catalog import DATASETS, MODELS
+from ..simulator.protocols import PROTOCOLS
+from ..simulator.topology import TOPOLOGIES
+
 
 class ScenarioError(ValueError):
     """Bad scenario input; the message is one line naming file, key and value."""
@@ -47,12 +51,6 @@ class Field:
         return text or "any"
 
 
-DATASETS = ("digits", "teacher", "cifar10", "mnist", "fashion_mnist", "imagenet")
-MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "alexnet", "transformer")
-PS_PROTOCOLS = ("hardsync", "softsync", "async", "ssp")
-GOSSIP_PROTOCOLS = ("allreduce", "dpsgd", "adpsgd", "sgp")
-PROTOCOLS = PS_PROTOCOLS + GOSSIP_PROTOCOLS
-TOPOLOGIES = ("npdde", "dde", "bipartite_exp", "ring", "complete")
 
 
 def _check_milestones(value: Any) -> str | None:
@@ -154,8 +152,10 @@ FIELDS: tuple[Field, ...] = (
        "Tree aggregation (Rudra-adv): learners per aggregator; 1 disables it.", minimum=1, maximum=100_000),
     # protocol
     _s("protocol.name", "softsync", "Synchronization protocol.", choices=PROTOCOLS),
-    _i("protocol.n", 1, "softsync n: an update every ⌊λ/n⌋ gradients (1 ≤ n ≤ λ).", minimum=1, maximum=100_000),
-    _i("protocol.staleness_bound", 3, "ssp bound s on clock difference.", "clocks", minimum=0, maximum=10**9),
+    _i("protocol.n", 1, "softsync / bounded_softsync n: an update every ⌊λ/n⌋ gradients (1 ≤ n ≤ λ).",
+       minimum=1, maximum=100_000),
+    _i("protocol.staleness_bound", 3, "ssp / bounded_softsync bound s on clock difference.", "clocks", minimum=0,
+       maximum=10**9),
     _s("protocol.topology", "npdde", "Gossip graph (sgp, dpsgd).", choices=TOPOLOGIES),
     _i("protocol.peers", 1, "Out-peers per iteration (sgp).", minimum=1, maximum=4096),
     _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages.",

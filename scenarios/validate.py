@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..simulator.run import simulate
-from ..simulator.trace import atomic_write_bytes
+from ..simulator.files import atomic_write
 from .load import Scenario
 from .schema import ScenarioError
 
@@ -89,7 +89,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
-    atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue().encode())
 
 
 def figure(rows: list[dict[str, Any]]) -> Any:

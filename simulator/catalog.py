@@ -21,6 +21,14 @@ class DatasetInfo:
     classes: int
 
 
+DATASETS = ("digits", "teacher", "cifar10", "mnist", "fashion_mnist", "imagenet")
+FILE_DATASETS = ("cifar10", "mnist", "fashion_mnist")   # torchvision's, read from a data directory
+SIMULATION_ONLY_DATASETS = ("imagenet",)
+MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "alexnet", "transformer")
+IMAGE_MODELS = ("lenet", "rudra_cifar", "resnet18")     # need (C, H, W) inputs
+SIMULATION_ONLY_MODELS = ("resnet50", "alexnet", "transformer")
+TRAINABLE_MODELS = tuple(m for m in MODELS if m not in SIMULATION_ONLY_MODELS)
+
 DIGITS_TEST_SIZE = 360  # scikit-learn digits: 1797 samples, fixed 1437/360 split
 
 
@@ -47,7 +55,6 @@ FIXED_COUNTS_1000 = {
     "alexnet": 61_100_840,
     "transformer": 61_000_000,  # Transformer-base (Vaswani et al. 2017), about 61M; approximate
 }
-SIMULATION_ONLY_MODELS = ("resnet50", "alexnet", "transformer")
 
 
 def _flat(shape: tuple[int, ...]) -> int:
@@ -70,7 +77,7 @@ def param_count(model: str, data: DatasetInfo) -> int:
     c = data.classes
     if model == "mlp":  # flatten → 128 → ReLU → classes
         return _linear(_flat(data.shape), MLP_HIDDEN) + _linear(MLP_HIDDEN, c)
-    if len(data.shape) != 3 and model in ("lenet", "rudra_cifar", "resnet18"):
+    if len(data.shape) != 3 and model in IMAGE_MODELS:
         raise ValueError(f"model {model!r} needs image data; data set {data.name!r} is not")
     if model == "lenet":  # conv5(6,pad2) pool2 conv5(16,pad2) pool2 fc120 fc84 fc
         ch, h, w = data.shape

@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import seeds
+
 CHUNK = 4096
 
 
@@ -140,24 +142,27 @@ class LearnerClock:
             self._advance()
 
 
-def _streams(point: dict[str, Any], count: int, seed_tag: int) -> list[np.random.SeedSequence]:
-    return np.random.SeedSequence([int(point["seed"]), seed_tag]).spawn(count + 1)
+def _streams(point: dict[str, Any], count: int) -> list[np.random.SeedSequence]:
+    return np.random.SeedSequence([int(point["seed"]), seeds.CLOCKS]).spawn(count + 1)
 
 
-def stragglers(point: dict[str, Any], count: int, seed_tag: int) -> set[int]:
+def stragglers(point: dict[str, Any], count: int) -> set[int]:
     """The persistently slow learners: ``round(fraction × count)`` of them, chosen by the seed."""
     fraction = point["cluster"]["stragglers"]["fraction"]
-    pick = _streams(point, count, seed_tag)[0]
+    pick = _streams(point, count)[0]
     return set(np.random.default_rng(pick).permutation(count)[: round(fraction * count)].tolist())
 
 
-def learner_clocks(point: dict[str, Any], count: int, seed_tag: int) -> list[LearnerClock]:
-    """Per-learner clocks for a scenario point; persistent stragglers chosen by the seed."""
+def learner_clocks(point: dict[str, Any], count: int) -> list[LearnerClock]:
+    """Per-learner clocks for a scenario point; persistent stragglers chosen by the seed.
+
+    The same point gives the same clocks in the simulator and the live backend (one seed
+    tag, :data:`.seeds.CLOCKS`), whatever the protocol."""
     cl = point["cluster"]
     comp, strag = cl["compute"], cl["stragglers"]
     mean = mean_compute_s(comp, cl["minibatch"])
-    streams = _streams(point, count, seed_tag)[1:]
-    slow = stragglers(point, count, seed_tag)
+    streams = _streams(point, count)[1:]
+    slow = stragglers(point, count)
     clocks = []
     for i, ss in enumerate(streams):
         draw_rng, stall_rng = (np.random.default_rng(s) for s in ss.spawn(2))

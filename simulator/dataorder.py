@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .seeds import DATA_ORDER
+
 
 def permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The seeded permutation of ``range(n)`` for ``epoch``."""
-    return np.random.default_rng([int(seed), 0xD47A, int(epoch)]).permutation(n)
+    return np.random.default_rng([int(seed), DATA_ORDER, int(epoch)]).permutation(n)
 
 
 def global_slice_start(k: int, learner: int, learners: int, minibatch: int) -> int:

@@ -64,23 +64,13 @@ import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from . import mixing, topology
+from . import mixing, seeds, topology
 from .compute import learner_clocks
-from .dataorder import global_slice_start, shard_start
 from .events import Wake
+from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for
 from .resources import FifoServer
-from .run import header_for
-from .trace import EVAL, Trace, TraceBuilder
+from .trace import Trace, TraceBuilder
 
-CLOCK_SEED_TAG = 1  # the same compute draws and stragglers as the parameter-server engine
-PEER_SEED_TAG = 11  # AD-PSGD's random neighbour choices
-
-
-
-def iterations(point: dict[str, Any]) -> int:
-    """Iterations per node: enough for the epochs at N·μ samples per iteration."""
-    n, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
-    return max(1, math.ceil(point["workload"]["epochs"] * point["workload"]["samples_per_epoch"] / (n * mu)))
 
 class Transport:
     """How bytes move: per-node FIFO NIC out and NIC in, latency and bandwidth.
@@ -109,7 +99,7 @@ class Transport:
     def send(self, src: int, dst: int, deliver: Callable[[Wake], None], payload: Any) -> None:
         """Send one message of ``message_bytes`` from ``src`` to ``dst`` now."""
         env = self.env
-        now = env._now
+        now = env.now
         self.bytes_sent += self.message_bytes
         self.messages += 1
         tx = self.tx
@@ -121,8 +111,8 @@ class Transport:
         self._schedule(Wake(self._enter, (dst, deliver, payload)), NORMAL, delay if delay > 0 else 0.0)
 
     def _enter(self, ev: Wake) -> None:
-        dst, deliver, payload = ev._value
-        now = self.env._now
+        dst, deliver, payload = ev.payload
+        now = self.env.now
         delay = self.nic_in[dst].reserve(now, self.tx) - now
         self._schedule(Wake(deliver, payload), NORMAL, delay if delay > 0 else 0.0)
 
@@ -152,17 +142,23 @@ class Transport:
 
 
 class GossipRun:
-    """What every decentralized engine shares: sizes, clocks, the trace, evals and figures."""
+    """What every decentralized engine shares: sizes, clocks, the recorder and the figures.
 
-    layout = "shard"
+    Ops are written through :class:`.protocols.GossipRecorder` (``self.rec``: the trace
+    encoding and the eval cadence); the engines add time.
+    """
+
+    layout = SHARD
 
     def __init__(self, point: dict[str, Any]) -> None:
         self.point = point
         cl, proto, wl, net = point["cluster"], point["protocol"], point["workload"], point["cluster"]["network"]
+        self.rec = GossipRecorder(point)
+        self.tb = self.rec.tb
+        self.version = self.rec.version  # each node's latest version (the recorder keeps it)
         self.n = n = cl["learners"]
-        self.mu = mu = cl["minibatch"]
-        self.spe = wl["samples_per_epoch"]
-        self.K = iterations(point)
+        self.mu = cl["minibatch"]
+        self.K = self.rec.K
         self.topology = proto["topology"]
         self.peers = proto["peers"]
         self.overlap = proto["overlap"]
@@ -170,23 +166,15 @@ class GossipRun:
         self._schedule = self.env.schedule
         self.net = Transport(self.env, n, net["latency_s"], net["bandwidth_Bps"],
                              wl["param_count"] * net["bytes_per_param"])
-        self.clocks = learner_clocks(point, n, CLOCK_SEED_TAG)
-        self.tb = TraceBuilder()
-        self.version = [0] * n
-        self.samples = 0
-        self.eval_every = self.spe / wl["evals_per_epoch"]
-        self.next_eval = self.eval_every
-        self.total_samples = self.K * n * mu  # the eval at that point is the final one, after all mixes
+        self.clocks = learner_clocks(point, n)
         self.compute_s = 0.0
         self.blocked_s = 0.0
-        self.grads = 0
-        self.applies = 0
         self.delay_sum = 0
         self.delay_count = 0
 
     # -- helpers shared by the engines ---------------------------------------------------
     def _later(self, t: float, cb: Callable[[Wake], None], value: Any) -> None:
-        delay = t - self.env._now
+        delay = t - self.env.now
         self._schedule(Wake(cb, value), NORMAL, delay if delay > 0 else 0.0)
 
     def _compute(self, i: int, t: float) -> float:
@@ -196,53 +184,30 @@ class GossipRun:
         self.compute_s += work
         return clock.finish(t, work)
 
-    def _grad(self, i: int, k: int, v: int, t0: float, t1: float) -> int:
-        self.grads += 1
-        start = shard_start(k, i, self.n, self.mu, self.spe)
-        return self.tb.grad(i, i, v, start, self.mu, k, t0, t1, self.samples / self.spe)
-
-    def _apply(self, i: int, gop: int, staleness: int, t: float) -> None:
-        self.samples += self.mu
-        self.applies += 1
-        self.tb.apply(i, self.version[i], (gop,), (1.0,), (staleness,), t, self.samples / self.spe)
-        self.version[i] += 1
-        self._maybe_eval(t)
-
-    def _mix(self, i: int, src: int, src_version: int, coef: float, self_coef: float,
-             t0: float, t1: float) -> None:
-        self.tb.mix(i, self.version[i], src, src_version, coef, self_coef, t0, t1, self.samples / self.spe)
-        self.version[i] += 1
-
-    def _maybe_eval(self, t: float) -> None:
-        if self.samples >= self.next_eval - 1e-9 and self.samples < self.total_samples:
-            self.tb.eval(-1, -1, t, self.samples / self.spe)
-            while self.next_eval <= self.samples + 1e-9:
-                self.next_eval += self.eval_every
-
     def start(self) -> None:
         raise NotImplementedError
 
     def run(self) -> TraceBuilder:
         """Simulate to the end; the trace starts and ends with an eval of the nodes' average."""
-        self.tb.eval(-1, -1, 0.0, 0.0)
+        self.rec.begin()
         self.start()
         self.env.run()
         self.end_time = self.env.now
-        if self.tb.kinds[-1] != EVAL:
-            self.tb.eval(-1, -1, self.end_time, self.samples / self.spe)
+        self.rec.finish(self.end_time)
         return self.tb
 
     def stats(self) -> dict[str, Any]:
         """Runtime and communication figures of the finished run."""
         T, n, K = self.end_time, self.n, self.K
         link_in, link_out = self.net.utilization(T)
+        grads = self.rec.grads
         return {
-            "gradients": self.grads,
-            "updates": self.applies,
+            "gradients": grads,
+            "updates": self.rec.applies,
             "iterations": K,
             "sim_time_s": T,
             "iteration_time_s": T / K,
-            "gradients_per_s": self.grads / T if T > 0 else math.inf,
+            "gradients_per_s": grads / T if T > 0 else math.inf,
             "server_utilization": 0.0,          # no server in the decentralized family
             "server_wait_mean_s": math.nan,
             "link_in_utilization": link_in,
@@ -258,7 +223,7 @@ class GossipRun:
 class AllReduceRun(GossipRun):
     """AR-SGD: compute, barrier, ring all-reduce, everyone applies the mean (one event per round)."""
 
-    layout = "global_slice"
+    layout = GLOBAL_SLICE
 
     def start(self) -> None:
         self._round(0, 0.0)
@@ -270,20 +235,9 @@ class AllReduceRun(GossipRun):
         self._later(end, self._done, (k, t, ready))
 
     def _done(self, ev: Wake) -> None:
-        k, t0, ready = ev._value
-        now = self.env._now
-        n, mu, tb, epoch = self.n, self.mu, self.tb, self.samples / self.spe
-        gops = [tb.grad(i, i, k, global_slice_start(k, i, n, mu), mu, k, t0, ready[i], epoch) for i in range(n)]
-        self.grads += n
-        self.samples += n * mu
-        self.applies += 1
-        epoch = self.samples / self.spe
-        tb.apply(0, k, gops, [1.0 / n] * n, [0] * n, now, epoch)
-        for i in range(1, n):
-            tb.mix(i, k, 0, k + 1, 1.0, 0.0, now, now, epoch)
-        for i in range(n):
-            self.version[i] = k + 1
-        self._maybe_eval(now)
+        k, t0, ready = ev.payload
+        now = self.env.now
+        self.rec.allreduce_round(k, [t0] * self.n, ready, now)
         if k + 1 < self.K:
             self._round(k + 1, now)
 
@@ -316,18 +270,18 @@ class DPSGDRun(GossipRun):
         self._later(self._compute(i, t), self._computed, (i, k, v))
 
     def _computed(self, ev: Wake) -> None:
-        i, k, v = ev._value
-        now = self.env._now
-        self.gop[i] = self._grad(i, k, v, self.t_start[i], now)
+        i, k, v = ev.payload
+        now = self.env.now
+        self.gop[i] = self.rec.grad(i, k, v, self.t_start[i], now)
         self.computed[i] = True
         self.t_ready[i] = now
         self._try_finish(i, now)
 
     def _arrive(self, ev: Wake) -> None:
-        j, k, src, v, t_sent = ev._value
+        j, k, src, v, t_sent = ev.payload
         self.inbox[j].setdefault(k, {})[src] = (v, t_sent)
         if self.iter[j] == k and self.computed[j]:
-            self._try_finish(j, self.env._now)
+            self._try_finish(j, self.env.now)
 
     def _try_finish(self, i: int, now: float) -> None:
         k = self.iter[i]
@@ -339,9 +293,9 @@ class DPSGDRun(GossipRun):
         first = True
         for j, wij in pairs:
             v, t_sent = got[j]
-            self._mix(i, j, v, wij, self_w if first else 1.0, t_sent, now)
+            self.rec.mix(i, j, v, wij, self_w if first else 1.0, t_sent, now)
             first = False
-        self._apply(i, self.gop[i], 0, now)
+        self.rec.apply(i, self.gop[i], 0, now)
         self.blocked_s += now - self.t_ready[i]
         self.iter[i] = k + 1
         if k + 1 < self.K:
@@ -353,7 +307,7 @@ class ADPSGDRun(GossipRun):
 
     def start(self) -> None:
         n = self.n
-        rng = np.random.default_rng(np.random.SeedSequence([int(self.point["seed"]), PEER_SEED_TAG]))
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.point["seed"]), seeds.ADPSGD_PEERS]))
         self.cands = [topology.adpsgd_candidates(self.topology, i, n, self.peers) for i in range(n)]
         self.picks = [rng.integers(0, max(1, len(c)), size=self.K).tolist() for c in self.cands]
         self.iter = [0] * n
@@ -380,25 +334,25 @@ class ADPSGDRun(GossipRun):
         self._later(self._compute(i, t), self._computed, (i, k, v))
 
     def _request(self, ev: Wake) -> None:
-        j, i, v, t_sent = ev._value
-        now = self.env._now
+        j, i, v, t_sent = ev.payload
+        now = self.env.now
         u = self.version[j]
-        self._mix(j, i, v, 0.5, 0.5, t_sent, now)
+        self.rec.mix(j, i, v, 0.5, 0.5, t_sent, now)
         self.net.send(j, i, self._reply, (i, j, u, now))
 
     def _reply(self, ev: Wake) -> None:
-        i, j, u, t_sent = ev._value
-        now = self.env._now
-        self._mix(i, j, u, 0.5, 0.5, t_sent, now)
+        i, j, u, t_sent = ev.payload
+        now = self.env.now
+        self.rec.mix(i, j, u, 0.5, 0.5, t_sent, now)
         self.averaged[i] = True
         if self.computed[i]:
             self.blocked_s += now - self.t_ready[i]
             self._finish(i, now)
 
     def _computed(self, ev: Wake) -> None:
-        i, k, v = ev._value
-        now = self.env._now
-        self.gop[i] = self._grad(i, k, v, self.t_start[i], now)
+        i, k, v = ev.payload
+        now = self.env.now
+        self.gop[i] = self.rec.grad(i, k, v, self.t_start[i], now)
         self.computed[i] = True
         self.t_ready[i] = now
         if self.averaged[i]:
@@ -406,7 +360,7 @@ class ADPSGDRun(GossipRun):
 
     def _finish(self, i: int, now: float) -> None:
         own = 1 if self.cands[i] else 0  # an active node's own averaging is part of the step
-        self._apply(i, self.gop[i], self.version[i] - self.read[i] - own, now)
+        self.rec.apply(i, self.gop[i], self.version[i] - self.read[i] - own, now)
         k = self.iter[i] = self.iter[i] + 1
         if k < self.K:
             self._begin(i, now)
@@ -439,17 +393,17 @@ class SGPRun(GossipRun):
         self._later(self._compute(i, t), self._computed, (i, self.iter[i], self.version[i]))
 
     def _computed(self, ev: Wake) -> None:
-        i, k, v = ev._value
-        now = self.env._now
-        gop = self._grad(i, k, v, self.t_start[i], now)
-        self._apply(i, gop, 0, now)
+        i, k, v = ev.payload
+        now = self.env.now
+        gop = self.rec.grad(i, k, v, self.t_start[i], now)
+        self.rec.apply(i, gop, 0, now)
         sent = v + 1
         outs = self.outs[k % self.phases][i]
         coef = mixing.share(len(outs))
         send, arrive = self.net.send, self._arrive
         for j in outs:
             send(i, j, arrive, (j, k, i, sent, coef, now))
-        self._mix(i, i, sent, 0.0, coef, now, now)  # keep one share
+        self.rec.mix(i, i, sent, 0.0, coef, now, now)  # keep one share
         # the boundary of iteration k: mix what arrived, then go on or wait
         held = self.held[i]
         if held:
@@ -478,7 +432,7 @@ class SGPRun(GossipRun):
 
     def _mix_msg(self, i: int, msg: tuple[int, int, int, float, float], k_now: int, now: float) -> None:
         k_msg, src, src_version, coef, t_sent = msg
-        self._mix(i, src, src_version, coef, 1.0, t_sent, now)
+        self.rec.mix(i, src, src_version, coef, 1.0, t_sent, now)
         self.delay_sum += k_now - k_msg
         self.delay_count += 1
 
@@ -491,8 +445,8 @@ class SGPRun(GossipRun):
             self.blocked_at[i] = self.K - 1  # from now on, mix whatever arrives
 
     def _arrive(self, ev: Wake) -> None:
-        j, k_msg, src, src_version, coef, t_sent = ev._value
-        now = self.env._now
+        j, k_msg, src, src_version, coef, t_sent = ev.payload
+        now = self.env.now
         arrived = self.arrived[j]
         arrived[k_msg] = arrived.get(k_msg, 0) + 1
         c = self._advance(j)

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .files import atomic_write
 
 SCHEMA_VERSION = 1
 MAGIC = b"DDLTRACE"
@@ -127,6 +127,13 @@ class TraceBuilder:
         self.in_stale.append(staleness)
         return len(self.kinds) - 1
 
+    def last_apply(self) -> tuple[list[int], list[float], list[int], float]:
+        """``(grad ops, weights, staleness, epoch)`` of the last apply recorded."""
+        start, count = self.a_i[-2], self.a_i[-1]
+        end = start + count
+        return (self.in_grad[start:end].tolist(), self.in_weight[start:end].tolist(),
+                self.in_stale[start:end].tolist(), self.a_f[-1])
+
     def mix(self, node: int, version: int, src_node: int, src_version: int, coef: float,
             self_coef: float, t_start: float, t_end: float, epoch: float) -> int:
         """Record x_node ← self_coef·x_node + coef·x_src(src_version) (w likewise)."""
@@ -200,23 +207,7 @@ def encode(trace: Trace) -> bytes:
 
 def write(trace: Trace, path: str | Path) -> None:
     """Write ``trace`` to ``path`` atomically (temporary file, then rename)."""
-    atomic_write_bytes(Path(path), encode(trace))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, encode(trace))
 
 
 def decode(data: bytes, name: str = "<trace>") -> Trace:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddlsim.scenarios import advise as A
+from ddlsim.scenarios.advise_render import render
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
 from ddlsim.scenarios.runner import run_sweep
@@ -95,7 +96,7 @@ def test_target_pruning_never_drops_the_true_best(full, target: float) -> None:
     times = [t for r in truth.values() if (t := time_to(r, target)) is not None]
     if not times:
         assert adv.recommendation is None
-        assert "No recommendation" in adv.text()
+        assert "No recommendation" in render(adv)
         return
     best = min(times)
     assert adv.recommendation is not None and adv.recommendation.at_s == pytest.approx(best)
@@ -108,7 +109,7 @@ def test_target_pruning_happens_and_is_reported(full) -> None:
     out, _ = full
     adv = run_advise(out, target_error=0.3)
     assert adv.pruned(), "the λ = 1 points evaluate long after async λ = 16 reaches 30 %"
-    assert f"pruned {len(adv.pruned())} by simulated time alone" in adv.text()
+    assert f"pruned {len(adv.pruned())} by simulated time alone" in render(adv)
 
 
 def test_equivalent_points_replay_identically(full) -> None:
@@ -132,7 +133,7 @@ def test_tiny_budget_only_the_fastest_fit(full) -> None:
     assert (ru.protocol, ru.learners, ru.policy) == ("async", 16, "constant")
     assert {c.learners for c in adv.pruned()} == {1, 4, 16}
     assert all(c.protocol == "hardsync" or c.learners < 16 for c in adv.pruned())
-    text = adv.text()
+    text = render(adv)
     assert "Recommended: async λ=16 μ=16 per_gradient" in text
     assert "Runner-up:   async λ=16 μ=16 constant" in text
     assert "stale" in text and "constant learning rate" in text

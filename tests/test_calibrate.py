@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddlsim.backends.calibrate import CYCLE_COMPUTE_S, CYCLE_POINT, CYCLE_PUSHES
+from ddlsim.backends.calibrate import cycle_scenario
 from ddlsim.backends.live import calibrated_latency, round_trip_s
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def cycle_point(latency_s: float, bandwidth_Bps: float, apply_s: float) -> dict:
-    p = load_text(CYCLE_POINT.format(dataset="digits", model="mlp", samples=CYCLE_PUSHES * 8,
-                                     compute=CYCLE_COMPUTE_S, bandwidth=bandwidth_Bps, apply=apply_s,
-                                     host="127.0.0.1")).points()[0]
+    p = load_text(cycle_scenario("mlp", "digits", apply_s, bandwidth_Bps)).points()[0]
     p["cluster"]["network"]["latency_s"] = latency_s
     return p
 

@@ -17,7 +17,8 @@ from torch import nn
 
 from ddlsim.backends.base import BackendError, RunOptions
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import ReplayBackend, Replayer, make_replayer
+from ddlsim.backends.replay import ReplayBackend, make_replayer
+from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.replay_stacked import StackedReplayer, gradient_rounds
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.simulator.dataorder import SampleStream, shard_start
@@ -370,9 +371,10 @@ def test_stacked_replay_of_a_single_node_trace_is_the_generic_one():
 
 
 def test_run_option_stacked_chooses_the_path(monkeypatch):
-    # rule: RunOptions.stacked (ddlsim run --stacked) picks the multi-node replay path, over
-    # the environment variable; both paths give the same curves (1e-5 / one test sample)
-    monkeypatch.setenv("DDLSIM_REPLAY_STACKED", "off")
+    # rule: RunOptions.stacked (ddlsim run --stacked) alone picks the multi-node replay path
+    # (no environment variable: DDLSIM_REPLAY_STACKED is ignored); both paths give the same
+    # curves (1e-5 / one test sample); the default is "auto"
+    monkeypatch.setenv("DDLSIM_REPLAY_STACKED", "on")
     point = gossip_point("sgp", n=4, epochs=1.0, **STRAGGLY)
     trace = simulate(point).trace
     used: list[str] = []
@@ -386,10 +388,13 @@ def test_run_option_stacked_chooses_the_path(monkeypatch):
     on = ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="on"))
     assert used == ["stacked"]
     off = ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="off"))
+    assert used == ["stacked"]  # "off" took the generic path, whatever the environment says
+    auto = make_replayer(trace, build_model(point), load_data(point), Optimizer(point["optimizer"], 0.0))
     default = ReplayBackend().run(trace, point, RunOptions(device="cpu"))
-    assert used == ["stacked"]  # "off" and the environment's "off" took the generic path
+    assert RunOptions().stacked == "auto" and len(used) == 1 + isinstance(auto, StackedReplayer)
     for a, b in zip(on.curves, off.curves):
         assert a["test_error"] == pytest.approx(b["test_error"], abs=1 / 360 + 1e-9)
-    assert [r["test_error"] for r in default.curves] == [r["test_error"] for r in off.curves]
+    same = on if isinstance(auto, StackedReplayer) else off
+    assert [r["test_error"] for r in default.curves] == [r["test_error"] for r in same.curves]
     with pytest.raises(BackendError, match="stacked replay mode 'sideways'"):
         ReplayBackend().run(trace, point, RunOptions(device="cpu", stacked="sideways"))

@@ -10,7 +10,7 @@ import torch
 
 from ddlsim.backends.base import BackendError, RunOptions
 from ddlsim.backends.live import LiveBackend, calibrated_latency
-from ddlsim.backends.replay import Replayer
+from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.optim import Optimizer
 from ddlsim.backends.workloads import build_model, load_data
 from ddlsim.simulator.dataorder import SampleStream
@@ -155,5 +155,5 @@ def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str
 
 def test_unsupported_live_protocol_is_one_clear_line() -> None:
     p = point("sgp", learners=4, protocol__overlap=1)
-    with pytest.raises(BackendError, match="live sgp runs synchronously"):
+    with pytest.raises(BackendError, match="protocol.overlap = 1: live sgp supports only protocol.overlap = 0"):
         live(p)

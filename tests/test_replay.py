@@ -12,7 +12,9 @@ from torch import nn
 
 from ddlsim.backends.base import BackendResult, RunOptions
 from ddlsim.backends.optim import Optimizer, mean_staleness
-from ddlsim.backends.replay import FlatModel, ReplayBackend, Replayer, summarize
+from ddlsim.backends.flatmodel import FlatModel
+from ddlsim.backends.replay import ReplayBackend, summarize
+from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.workloads import Data, build_model, load_data
 from ddlsim.simulator.catalog import DatasetInfo
 from ddlsim.simulator.dataorder import SampleStream, global_slice_start, shard_start
@@ -347,7 +349,7 @@ def test_version_lifetime_bounded(batched):
 @pytest.mark.parametrize("batched", [False, True])
 def test_chunked_execution_is_seamless(monkeypatch, batched):
     # rule: the hot loop works on chunks of ops; results must not depend on the chunk size
-    from ddlsim.backends import replay as replay_mod
+    from ddlsim.backends import replay_generic as replay_mod
 
     point = digits_point()
     trace = async_trace(5, 4, 120, eval_every=40)

@@ -1,0 +1,113 @@
+"""A model whose parameters are views into one flat vector: how a backend computes gradients.
+
+Rules kept: ``grad`` is the mean cross-entropy gradient of one minibatch at given flat
+weights (plain autograd); ``grad_batch`` computes several at once over stacked weights
+(``functional_call`` + ``vmap``), each row equal to ``grad``'s; a scale multiplies the
+finished gradient (so a replay is bit-identical to a live server's ``gradient × scale``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from .autograd_engine import backward, gradients
+
+EVAL_CHUNK = 2048  # test samples per forward pass of an evaluation
+
+
+class FlatModel:
+    """A model whose parameters are views into one flat vector ``work``.
+
+    ``grad`` computes one minibatch gradient with plain autograd; ``grad_batch`` computes
+    several at once with ``functional_call`` + ``vmap`` over stacked flat weights.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model.train()
+        named = list(model.named_parameters())
+        self.names = [k for k, _ in named]
+        self.params = [p for _, p in named]
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        self.size = sum(self.sizes)
+        self.work = torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+        self.grad_buf = torch.zeros_like(self.work)
+        o = 0
+        for p, k in zip(self.params, self.sizes):
+            p.data = self.work[o:o + k].view_as(p)
+            p.grad = self.grad_buf[o:o + k].view_as(p)  # backward() accumulates here, in place
+            o += k
+        self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
+        self._loaded: Tensor | None = None
+        self._seed = torch.ones((), device=self.work.device)
+
+    def load(self, z: Tensor) -> None:
+        """Make the model's parameters equal ``z``."""
+        if z is not self._loaded:
+            self.work.copy_(z)  # work is no autograd leaf: the parameters are views of it
+            self._loaded = z
+
+    def grad(self, z: Tensor, xb: Tensor, yb: Tensor, scale: float = 1.0,
+             in_place: bool = False) -> tuple[Tensor, Tensor]:
+        """``scale`` × the flat gradient of the mean cross-entropy of (xb, yb) at ``z``, and
+        that loss. The gradient is a new tensor, or with ``in_place`` the model's gradient
+        buffer itself (valid until the next call). The scale multiplies the finished
+        gradient (not the backward seed), so the result is bit-identical to a live server's
+        ``gradient × scale``."""
+        self.load(z)
+        buf = self.grad_buf
+        buf.zero_()
+        loss = F.cross_entropy(self.model(xb), yb)
+        backward(loss, self._seed)
+        if in_place:
+            return (buf if scale == 1.0 else buf.mul_(scale)), loss
+        return (buf.clone() if scale == 1.0 else buf * scale), loss
+
+    def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
+                   scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Gradients (B, P), row b scaled by ``scale[b]`` (default 1), and losses (B,) of
+        minibatch b at ``zs[b]`` (one vmap call). ``zs`` of length 1: all read the same weights;
+        a (B, P) tensor: the weights already stacked (it is used as is, not copied).
+        """
+        b = xb.shape[0]
+        if isinstance(zs, Tensor):
+            stacked = zs.detach().requires_grad_()
+        elif len(zs) == 1:
+            stacked = zs[0].detach().requires_grad_().expand(b, self.size)
+        else:
+            stacked = torch.stack(zs).requires_grad_()
+        views, o = {}, 0
+        for name, shape, k in zip(self.names, self.shapes, self.sizes):
+            views[name] = stacked[:, o:o + k].view(b, *shape)
+            o += k
+        logits = self._vforward(views, xb)
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1),
+                                 reduction="none").view(b, -1).mean(1)
+        total = losses.sum() if scale is None else losses @ scale
+        inputs = tuple(views.values())
+        gs = gradients(total, inputs, self._seed)
+        out = torch.empty(b, self.size, dtype=stacked.dtype, device=stacked.device)
+        o = 0
+        for g, k in zip(gs, self.sizes):  # one strided copy each (no contiguous() + cat)
+            if g is None:  # a parameter the loss does not reach
+                out[:, o:o + k].zero_()
+            else:
+                out[:, o:o + k].view(g.shape).copy_(g)
+            o += k
+        return out, losses.detach()
+
+    @torch.no_grad()
+    def test_error(self, z: Tensor, x: Tensor, y: Tensor) -> float:
+        """Fraction of (x, y) misclassified at weights ``z`` (model in eval mode)."""
+        self.load(z)
+        self.model.eval()
+        try:
+            wrong = sum(int((self.model(x[i:i + EVAL_CHUNK]).argmax(1) != y[i:i + EVAL_CHUNK]).sum())
+                        for i in range(0, len(y), EVAL_CHUNK))
+        finally:
+            self.model.train()
+        return wrong / max(1, len(y))

@@ -1,0 +1,240 @@
+"""The generic replay: execute a trace's ops in trace order with real gradients.
+
+The interpreter never knows which protocol wrote the trace (docs/replay.md):
+
+* ``grad``: the cross-entropy gradient of the op's minibatch (:class:`.replay_data.Minibatches`)
+  at ``x / w`` of the state it reads;
+* ``apply``: ``x ← opt(x, Σ_i weight_i · scale_i · g_i)`` with ``lr_at(epoch of the apply)``;
+  ``w`` is unchanged;
+* ``mix``: ``x ← self_coef·x + coef·x_src``, ``w ← self_coef·w + coef·w_src``;
+* ``eval``: the test error of ``x / w`` of a state, or (node −1) of the mean over nodes of
+  each node's latest ``x / w``.
+
+Memory: a state (node, version) is freed after the last op that reads it; a gradient is
+freed by the apply that consumes it; gradients no apply consumes are never computed
+(:mod:`.replay_plan`). Batching: when the replay reaches a gradient not yet computed, it
+computes it together with later gradients whose states already exist (same batch size), in
+one ``vmap`` call; it never computes a gradient later than its own op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..simulator.trace import APPLY, GRAD, MIX, Trace
+from .flatmodel import FlatModel
+from .optim import Optimizer
+from .replay_data import Diverged, LossLog, Minibatches
+from .replay_plan import ALONE, BATCH_CAP, IN_BUFFER, LOOKAHEAD, capped, check_header, plan_trace
+from .workloads import Data
+
+RUN_CHUNK = 1 << 16         # ops whose columns are turned into Python lists at a time
+
+
+class Replayer:
+    """Executes one trace once, starting every node from ``model``'s current weights (the
+    model is rewired by :class:`FlatModel`). After :meth:`run`: ``curves``, ``diverged``,
+    ``diverged_at_update``, ``updates``, ``peak_live_states`` / ``peak_live_grads`` (most
+    weights versions / gradients held at once) and :meth:`final_states`.
+    """
+
+    def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
+                 batched: bool = True, batch_cap: int = BATCH_CAP, lookahead: int = LOOKAHEAD) -> None:
+        check_header(trace)
+        self.trace, self.data, self.opt = trace, data, opt
+        self.flat = FlatModel(model)
+        self.batched = batched and self.flat.batchable
+        self.plan = plan_trace(trace, opt, self.batched, capped(self.flat.size, batch_cap), lookahead)
+        self.nodes = int(trace.header["nodes"])
+        self.device = data.train_x.device
+        self.minibatches = Minibatches(data, int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+        self.losses = LossLog(len(self.plan.evals), self.device)
+        self.states: dict[int, tuple[Tensor, float]] = {}
+        self.grads: dict[int, tuple[Tensor, int]] = {}
+        self.curves: list[dict[str, Any]] = []
+        self.diverged = False
+        self.diverged_at_update: int | None = None
+        self.updates = 0
+        self.peak_live_states = 0
+        self.peak_live_grads = 0
+        self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
+        self._freed = 0  # states freed so far (a position in plan.free_order)
+        self._hooked = type(self).on_grad_reads is not Replayer.on_grad_reads
+
+    def on_grad_reads(self, ops: list[int], x: Tensor, w: list[float]) -> None:
+        """Hook, a no-op here: called before the gradients of grad ops ``ops`` are computed,
+        with the PushSum numerators ``x`` (one row per op; do not modify, clone to keep) and
+        weights ``w`` of the versions they read. Tests subclass it to observe the states."""
+
+    # -- states -------------------------------------------------------------------------
+    def _z(self, sid: int) -> Tensor:
+        x, w = self.states[sid]
+        return x if w == 1.0 else x / w
+
+    def final_states(self) -> dict[int, tuple[Tensor, float]]:
+        """Each node's latest (x, w) (after :meth:`run`: the final weights)."""
+        return {k: self.states[s] for k, s in enumerate(self._current)}
+
+    # -- ops ----------------------------------------------------------------------------
+    def _compute_batch(self, b: int) -> None:
+        """Compute the gradients of batch ``b`` in one call; keep them until their applies."""
+        plan, gops = self.plan, self.plan.batches[b]
+        ops, data = self.trace.ops, self.data
+        size = int(ops["batch_size"][gops[0]])
+        xb, yb = self.minibatches.many(ops["sample_start"][gops], size)
+        sids = plan.sid[gops].tolist()
+        zs = [self._z(sids[0])] if min(sids) == max(sids) else [self._z(s) for s in sids]
+        if self._hooked:
+            self.on_grad_reads(gops.tolist(), torch.stack([self.states[s][0] for s in sids]),
+                               [self.states[s][1] for s in sids])
+        coef = plan.coef[gops]
+        scale = torch.from_numpy(coef).to(data.train_x) if (coef != 1.0).any() else None
+        g, lt = self.flat.grad_batch(zs, xb, yb, scale)
+        self.losses.add_many(plan.interval[gops].tolist(), lt, self.updates)
+        for row, op in enumerate(gops.tolist()):
+            self.grads[op] = (g, row)
+        self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
+
+    def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float,
+                     in_place: bool = False) -> None:
+        """Compute the gradient of grad op ``op`` alone (plain autograd; the lean path);
+        ``in_place``: leave it in the model's gradient buffer (its apply comes first)."""
+        xb, yb = self.minibatches.one(start, size)
+        x, w = self.states[sid]
+        if self._hooked:
+            self.on_grad_reads([op], x.unsqueeze(0), [w])
+        g, loss = self.flat.grad(x if w == 1.0 else x / w, xb, yb, coef, in_place)
+        self.losses.add_one(j, loss, self.updates)
+        self.grads[op] = (g, -1)
+        if len(self.grads) > self.peak_live_grads:
+            self.peak_live_grads = len(self.grads)
+
+    def _combined_grad(self, s: int, c: int) -> Tensor:
+        """Σ coef_j · g_j over inputs s .. s+c−1 (one gemv per batch the gradients came from);
+        zero for an apply with no inputs (the optimizer still steps: momentum carries on)."""
+        pop, coefs = self.grads.pop, self.plan.coefs
+        groups: dict[int, tuple[Tensor, list[int], list[float]]] = {}
+        for j, op in enumerate(self.trace.inputs["grad_op"][s:s + c].tolist()):
+            g, row = pop(op)
+            if row < 0:
+                g, row = g.unsqueeze(0), 0
+            entry = groups.setdefault(id(g), (g, [], []))
+            entry[1].append(row)
+            entry[2].append(float(coefs[s + j]))
+        total: Tensor | None = None
+        for g, rows, cs in groups.values():
+            cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
+            part = cv @ (g if rows == list(range(len(g))) else g[rows])
+            total = part if total is None else total + part
+        return total if total is not None else torch.zeros_like(self.flat.work)  # an apply of no inputs
+
+    def average_state(self) -> Tensor:
+        """Mean over nodes of each node's latest ``x / w`` (what an eval of node −1 measures)."""
+        if self.nodes == 1:
+            return self._z(self._current[0])
+        mean = torch.zeros_like(self.flat.work)
+        for s in self._current:
+            mean.add_(self._z(s))
+        return mean.div_(self.nodes)
+
+    def consensus_distance(self, mean: Tensor) -> float:
+        """Mean over nodes of ‖z_n − mean‖ (Euclidean) for the nodes' latest de-biased states."""
+        total = torch.zeros((), dtype=mean.dtype, device=mean.device)
+        for s in self._current:
+            total += torch.linalg.vector_norm(self._z(s) - mean)
+        return float(total) / self.nodes
+
+    def _eval(self, i: int) -> None:
+        ops, plan = self.trace.ops, self.plan
+        self.losses.flush()
+        k = int(ops["node"][i])
+        z = self._z(int(plan.offset[k] + ops["version"][i])) if k >= 0 else self.average_state()
+        if not bool(torch.isfinite(z).all()):
+            raise Diverged
+        j = len(self.curves)
+        row: dict[str, Any] = {
+            "epoch": float(ops["epoch"][i]), "updates": self.updates, "sim_time_s": float(ops["t_end"][i]),
+            "test_error": self.flat.test_error(z, self.data.test_x, self.data.test_y),
+            "train_loss": self.losses.mean(j),
+        }
+        if self.nodes > 1:
+            row["consensus_distance"] = self.consensus_distance(z if k < 0 else self.average_state())
+        self.curves.append(row)
+
+    def run(self) -> list[dict[str, Any]]:
+        """Execute every op; return the curves (divergence stops the run, never raises)."""
+        x0 = self.flat.work.detach().clone()
+        self.states.update({int(s): (x0, 1.0) for s in self.plan.offset})
+        self.peak_live_states = len(self.states)
+        try:
+            for base in range(0, self.trace.n_ops, RUN_CHUNK):
+                self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
+            self.losses.flush()
+            if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
+                raise Diverged
+        except Diverged:
+            if self.losses.updates_at_divergence is not None:  # where it was computed, not noticed
+                self.updates = self.losses.updates_at_divergence
+            self.diverged, self.diverged_at_update = True, self.updates
+        return self.curves
+
+    def _run_ops(self, lo: int, hi: int) -> None:
+        """Execute ops ``lo .. hi−1`` (their columns as Python lists: the hot loop)."""
+        ops, plan, states = self.trace.ops, self.plan, self.states
+        pop, step, current, grad_op = self.grads.pop, self.opt.step, self._current, self.trace.inputs["grad_op"]
+        starts = ops["in_start"][lo:hi]
+        has_input = ops["in_count"][lo:hi] > 0
+        first = np.full(hi - lo, -1, np.int64)  # an apply's first input's grad op (−1: none)
+        first[has_input] = grad_op[starts[has_input]]
+        cols = [ops[c][lo:hi].tolist() for c in ("kind", "node", "version")] + [first.tolist()]
+        cols += [ops[c][lo:hi].tolist() for c in ("in_count", "sample_start", "batch_size")]
+        cols += [a[lo:hi].tolist() for a in (plan.lead, plan.sid, plan.interval, plan.coef, plan.lr)]
+        counts = plan.free_count[lo:hi].tolist()
+        f0 = self._freed
+        self._freed += sum(counts)
+        free = plan.free_order[f0:self._freed].tolist()
+        offset, fp = plan.offset.tolist(), 0
+        for r, (k, nd, ver, g0, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
+            i = lo + r
+            if k == APPLY:
+                sid = offset[nd] + ver
+                x, w = states[sid]
+                if c == 1:  # its coefficient was applied when it was computed
+                    g, row = pop(g0)
+                    if row >= 0:
+                        g = g[row]
+                else:
+                    g = self._combined_grad(int(starts[r]), c)
+                states[sid + 1] = (step(nd, x, g, lr, w), w)
+                current[nd] = sid + 1
+                self.updates += 1
+            elif k == GRAD:
+                if lead <= ALONE:
+                    self._compute_one(i, start, size, sid, j, coef, lead == IN_BUFFER)
+                elif lead >= 0:
+                    self._compute_batch(lead)
+            elif k == MIX:
+                self._mix(i, offset)
+            else:
+                self._eval(i)
+            if len(states) > self.peak_live_states:
+                self.peak_live_states = len(states)
+            c = counts[r]
+            if c:
+                for f in free[fp:fp + c]:
+                    del states[f]
+                fp += c
+
+    def _mix(self, i: int, offset: list[int]) -> None:
+        ops = self.trace.ops
+        nd, sc, cf = int(ops["node"][i]), float(ops["self_coef"][i]), float(ops["coef"][i])
+        sid = offset[nd] + int(ops["version"][i])
+        x, w = self.states[sid]
+        xs, ws = self.states[offset[int(ops["src_node"][i])] + int(ops["src_version"][i])]
+        x_new = torch.add(x if sc == 1.0 else x * sc, xs, alpha=cf)
+        self.states[sid + 1] = (x_new, sc * w + cf * ws)
+        self._current[nd] = sid + 1

@@ -1,0 +1,45 @@
+"""``ddlsim advise`` on the command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..backends.device import resolve_device
+from .advise import advise, check_goal
+from .advise_render import render
+from .cli_common import add_data_options, add_scenario_options, check_data_sets, resolve_scenario, safe_name
+from .load import load
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    check_goal(args.budget_s, args.target_error, args.replay, args.jobs)
+    scenario = load(resolve_scenario(args.scenario), args.set)
+    if args.device:
+        resolve_device(args.device)  # an unknown or unavailable device fails before any work
+    if args.replay > 0:  # so does a data set that cannot be read
+        check_data_sets(scenario, "replay", args.data_dir, args.download)
+    out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-advise"
+    options = {"device": args.device, "data_dir": args.data_dir, "download": args.download}
+    adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,
+                 replay=args.replay, jobs=args.jobs, resume=args.resume, progress=not args.quiet,
+                 options=options)
+    print(render(adv))
+    return 0 if adv.recommendation is not None else 1
+
+
+def register(sub: Any) -> None:
+    """Add ``ddlsim advise`` to the parser."""
+    p = sub.add_parser("advise", help="search a sweep by simulation, replay the promising points, "
+                       "recommend a configuration for a time budget or a target error")
+    add_scenario_options(p, "results/<scenario name>-advise", executors=False)
+    goal = p.add_argument_group("goal (exactly one)")
+    goal.add_argument("--budget-s", type=float, metavar="T",
+                      help="simulated seconds available: minimise the test error at T")
+    goal.add_argument("--target-error", type=float, metavar="E",
+                      help="test error to reach (fraction, e.g. 0.08): minimise the time to reach it")
+    p.add_argument("--replay", type=int, default=4, metavar="K",
+                   help="replay at most K points with real gradients (default 4)")
+    add_data_options(p)
+    p.set_defaults(func=cmd_advise)

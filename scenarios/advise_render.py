@@ -1,0 +1,136 @@
+"""``ddlsim advise``'s output: the text it prints and ``advice.csv``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from .advise_explain import explain, margin, pct, secs
+from .advise_model import Advice
+
+
+def _goal_words(adv: Advice) -> str:
+    if adv.budget_s is not None:
+        return f"a budget of {secs(adv.budget_s)} of simulated time"
+    return f"a target of {pct(adv.target_error)} test error"
+
+
+def _table(adv: Advice) -> list[str]:
+    budget = adv.mode == "budget"
+    T = adv.budget_s
+    head = ["#", "configuration", f"epochs by {secs(T)}" if budget else "s/epoch", "σ mean",
+            f"error at {secs(T)}" if budget else "time to target", "at epoch", "status"]
+    order = sorted(adv.candidates, key=lambda c: (
+        0 if c.status == "replayed" else 1 if c.status == "equivalent" else 2,
+        adv.ranking.index(c) if c in adv.ranking else (c.rank or 10**9), c.index))
+    rows = []
+    for c in order:
+        if c.status == "failed" and not c.evals:
+            rows.append(["", c.label, "", "", "", "", "failed"])
+            continue
+        pred = f"{c.epochs_by(T):.3g}" if budget else f"{c.sec_per_epoch:.3g}"
+        if c.status in ("replayed", "equivalent") and c.error is not None:
+            got = pct(c.error) if budget else (secs(c.at_s) if c.at_s is not None else
+                                                f"never (best {pct(c.error)})")
+            ep = f"{c.at_epoch:.3g}" if c.at_epoch is not None else ""
+        else:
+            got, ep = "", ""
+        place = str(adv.ranking.index(c) + 1) if c in adv.ranking else ""
+        status = c.status if c.status != "equivalent" else f"= {c.twin.label if c.twin else '?'}"
+        if c.risky and c.status != "equivalent":
+            status += " (at risk: constant lr, ⟨σ⟩ > 2)"
+        rows.append([place, c.label, pred, f"{c.sigma:.3g}", got, ep, status])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    return out
+
+
+def render(adv: Advice) -> str:
+    n = len(adv.candidates)
+    lines = [f"ddlsim advise {adv.name}: {n} sweep point{'s' * (n != 1)}, {_goal_words(adv)}"]
+    parts = [f"simulated all {n} into {adv.out_dir}"]
+    if adv.count("failed"):
+        parts.append(f"{adv.count('failed')} failed")
+    if adv.count("equivalent"):
+        parts.append(f"{adv.count('equivalent')} equivalent to another point (a staleness-aware "
+                     "learning rate whose factors are all 1 on its trace) and not replayed twice")
+    rule = ("no evaluation of a trained model within the budget" if adv.mode == "budget" else
+            "first evaluation no earlier than a time to target already measured")
+    parts.append(f"pruned {len(adv.pruned())} by simulated time alone ({rule})")
+    replayed = len(adv.ranking) + sum(c.status == "failed" and c.replay_error is not None
+                                      for c in adv.candidates)
+    parts.append(f"replayed {replayed} (--replay {adv.replay}) into {adv.out_dir / 'replay'}")
+    if adv.count("not replayed"):
+        parts.append(f"{adv.count('not replayed')} not replayed (ranked below the top {adv.replay} by the "
+                     "prediction)")
+    lines.append("; ".join(parts) + ".")
+    lines.append("")
+    lines += _table(adv)
+    lines.append("")
+    a, b = adv.recommendation, adv.runner_up
+    failures = [c for c in adv.candidates if c.replay_error]
+    if failures:  # say why replays failed: a missing data set or device is the usual cause
+        lines.append(f"{len(failures)} replay{'s' * (len(failures) != 1)} failed: {failures[0].label}: "
+                     f"{failures[0].replay_error}")
+    if a is None and failures and not adv.ranking:
+        lines.append("No recommendation: every replay failed (above).")
+        return "\n".join(lines)
+    if a is None:
+        if adv.mode == "budget":
+            first = min((c.first_eval_s() for c in adv.candidates if c.evals), default=math.inf)
+            lines.append(f"No recommendation: no configuration evaluates a trained model within "
+                         f"{secs(adv.budget_s)}; the earliest first evaluation is at {secs(first)}.")
+        else:
+            best = min(adv.ranking, key=lambda c: c.error, default=None)
+            lines.append(f"No recommendation: no replayed configuration reaches {pct(adv.target_error)}"
+                         + (f"; the closest is {best.label} with {pct(best.error)}." if best else ".")
+                         + " Try more epochs, a looser target or a larger --replay.")
+        return "\n".join(lines)
+    twins = [c.label for c in adv.candidates if c.status == "equivalent" and c.twin is a]
+    also = f" (the same run as {', '.join(twins)})" if twins else ""
+    if adv.mode == "budget":
+        lines.append(f"Recommended: {a.label}{also}: {pct(a.error)} test error by {secs(a.at_s)} of the "
+                     f"{secs(adv.budget_s)} budget (epoch {a.at_epoch:.3g}).")
+        if b is not None:
+            lines.append(f"Runner-up:   {b.label}: {pct(b.error)} by {secs(b.at_s)} (epoch {b.at_epoch:.3g}).")
+    else:
+        lines.append(f"Recommended: {a.label}{also}: reaches {pct(adv.target_error)} test error at "
+                     f"{secs(a.at_s)} of simulated time (epoch {a.at_epoch:.3g}; best {pct(a.error)}).")
+        if b is not None:
+            reach = (f"reaches it at {secs(b.at_s)} (epoch {b.at_epoch:.3g})" if b.at_s is not None
+                     else f"never reaches it (best {pct(b.error)})")
+            lines.append(f"Runner-up:   {b.label}: {reach}.")
+    lines.append(f"Why: {explain(a, b, adv.budget_s, adv.target_error)}{margin(a, b, adv)}")
+    if adv.mode == "target":
+        never = [c for c in adv.ranking if c.at_s is None and c is not b]
+        if never:
+            lines.append("Never reached the target: " + "; ".join(
+                f"{c.label} (best {pct(c.error)}{', diverged' if c.diverged else ''})" for c in never) + ".")
+    pr = adv.pruned()
+    if pr:
+        lines.append("Pruned without replay: " + "; ".join(f"{c.label}: {c.note}" for c in pr[:4])
+                     + (f"; and {len(pr) - 4} more" if len(pr) > 4 else "") + ".")
+    lines.append(f"Curves and summary of the replayed runs: {adv.out_dir / 'replay'} "
+                 f"(`ddlsim report {adv.out_dir / 'replay'}`).")
+    return "\n".join(lines)
+
+
+def advice_csv(adv: Advice) -> bytes:
+    cols = ["run_id", "label", "status", "predicted_rank", "measured_rank", "sim_time_s", "sec_per_epoch",
+            "epochs_by_budget", "first_eval_s", "staleness_mean", "lr_policy", "at_risk",
+            "error", "at_s", "at_epoch", "diverged", "note"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for c in adv.candidates:
+        ok = bool(c.evals)
+        w.writerow([c.run_id, c.label, c.status, c.rank or "",
+                    adv.ranking.index(c) + 1 if c in adv.ranking else "",
+                    repr(c.sim_time) if ok else "", repr(c.sec_per_epoch) if ok else "",
+                    repr(c.epochs_by(adv.budget_s)) if ok and adv.budget_s is not None else "",
+                    repr(c.first_eval_s()) if ok else "", repr(c.sigma), c.policy, c.risky,
+                    "" if c.error is None else repr(c.error), "" if c.at_s is None else repr(c.at_s),
+                    "" if c.at_epoch is None else repr(c.at_epoch), c.diverged, c.note])
+    return buf.getvalue().encode()

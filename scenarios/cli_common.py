@@ -1,0 +1,145 @@
+"""What the ``ddlsim`` commands share: scenario arguments, output folders, the result table.
+
+Every command module (:mod:`.cli`, :mod:`.commands`, :mod:`.advise_cli`) imports from here;
+nothing here imports a command module, so the command line has no import cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .schema import ScenarioError
+
+CATALOGUE = Path(__file__).resolve().parent / "catalogue"  # the bundled scenarios
+
+
+class UsageError(Exception):
+    """A command-line mistake that is not about the scenario file."""
+
+
+def resolve_scenario(name: str) -> Path:
+    """A scenario argument is a file path or the name of a bundled scenario."""
+    p = Path(name)
+    if p.exists() or p.suffix == ".toml" or "/" in name:
+        return p
+    bundled = CATALOGUE / f"{name}.toml"
+    if bundled.exists():
+        return bundled
+    names = ", ".join(sorted(f.stem for f in CATALOGUE.glob("*.toml")))
+    raise ScenarioError(f"{name}: no such scenario file or bundled scenario (bundled: {names})")
+
+
+def load_scenario(args: argparse.Namespace) -> Any:
+    """The scenario named by ``args.scenario`` with the ``--set`` overrides, validated."""
+    from .load import load
+
+    return load(resolve_scenario(args.scenario), args.set)
+
+
+def safe_name(name: str) -> str:
+    """A scenario name usable as one directory name (no separators, no control characters)."""
+    clean = re.sub(r"[^\w.+-]", "_", name).strip(".") or "scenario"
+    return clean[:100]
+
+
+def out_dir(args: argparse.Namespace, scenario: Any) -> Path:
+    """``--out``, or results/<scenario name>; refuse a file, or another scenario's results."""
+    out = Path(args.out) if args.out else Path("results") / safe_name(scenario.base["name"])
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    other = results_of(out)
+    if other is not None and other != scenario.base["name"] and not getattr(args, "force", False):
+        raise UsageError(f"--out {out}: holds the results of scenario {other!r}; choose another --out "
+                         "or pass --force to replace its tables")
+    return out
+
+
+def results_of(out: Path) -> str | None:
+    """Name of the scenario whose results ``out`` holds, if any."""
+    import json
+
+    try:
+        return json.loads((out / "scenario.json").read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _fmt(v: Any, width: int = 10) -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def print_table(records: list[dict[str, Any]], columns: list[tuple[str, str]], file: Any = None) -> None:
+    """Print result rows as an aligned text table (``columns`` = (key, heading))."""
+    file = file or sys.stdout
+    rows = [[_fmt(r["row"].get(k)) if r["row"].get("error") is None or k in ("run_id", "protocol")
+             else ("FAILED" if i == 2 else "") for i, (k, _) in enumerate(columns)] for r in records]
+    heads = [h for _, h in columns]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)), file=file)
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)), file=file)
+    for r in records:
+        if r["row"].get("error"):
+            print(f"run {r['row']['run_id']} failed: {r['row']['error']}", file=file)
+
+
+SIM_TABLE = [("run_id", "run"), ("protocol", "protocol"), ("learners", "λ"), ("minibatch", "μ"),
+             ("sim_time_s", "time_s"), ("gradients_per_s", "grad/s"), ("staleness_mean", "σ mean"),
+             ("staleness_max", "σ max"), ("server_utilization", "server util")]
+RUN_TABLE = SIM_TABLE[:6] + [("staleness_mean", "σ mean"), ("final_test_error", "final err"),
+                             ("best_test_error", "best err"), ("time_to_target_s", "to target s"),
+                             ("diverged", "diverged")]
+
+
+def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download: bool) -> None:
+    """Refuse, before any work, a point whose data set ``backend`` (replay or live; others
+    are not checked) could not read; live points with emulated compute read none."""
+    if backend not in ("replay", "live"):
+        return
+    from ..backends.workloads import check_data
+
+    for point in scenario.points():
+        if backend == "replay" or point["live"]["compute"] == "real":
+            check_data(point, data_dir, download)
+
+
+def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results/<scenario name>",
+                         executors: bool = True) -> None:
+    """The scenario argument and the sweep options (``--set``, ``--out``, ``--jobs``, …);
+    ``executors``: also ``--executor``, ``--scheduler`` and ``--force``."""
+    p.add_argument("scenario", help="scenario file, or the name of a bundled scenario")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key (a list value sweeps it); repeatable")
+    p.add_argument("--out", help=f"results directory (default {out_default})")
+    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
+    p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    if executors:
+        p.add_argument("--executor", choices=("local", "dask"), default="local")
+        p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask)")
+        p.add_argument("--force", action="store_true",
+                       help="write into a results directory that holds another scenario's results")
+
+
+def add_data_options(p: argparse.ArgumentParser) -> None:
+    """Where a backend runs and reads its data: ``--device``, ``--data-dir``, ``--download``."""
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
+    p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
+
+

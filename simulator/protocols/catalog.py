@@ -1,0 +1,115 @@
+"""What each protocol is: its family, its update rule's parameters and its capabilities.
+
+One :class:`ProtocolSpec` per protocol name is the only place a protocol is described;
+the scenario schema takes its choices from :data:`SPECS`, the simulator picks its engine
+by :attr:`ProtocolSpec.family`, and the live backend asks :func:`live_refusal` whether it
+can run a point. A new parameter-server variant is one more entry here (its rule is a
+combination of the :class:`~.ps.PSCore` mechanisms: the barrier, the every-``c`` apply
+and the SSP release) plus, if it takes a new key, that key in the schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PS = "ps"
+GOSSIP = "gossip"
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """A protocol: ``family`` ("ps" or "gossip") and, for the parameter-server family, how its
+    server applies updates.
+
+    * ``barrier``: an update waits for one gradient from every learner (hardsync);
+    * ``per_update``: gradients per update: "all" (λ), "one" (1) or "n" (max(1, ⌊λ/n⌋));
+    * ``bounded``: SSP's release rule with ``protocol.staleness_bound`` s (a learner may not
+      start clock k while the slowest learner is below k − s);
+    * ``uses_n``: the point's ``protocol.n`` matters (1 ≤ n ≤ λ is required);
+    * ``softsync_n``: the n of Rudra's n-softsync it is, for the summary's ``softsync_n``
+      column: "n" (the point's n), "learners" (λ: async) or "" (none);
+    * ``live``: the live backend runs it; ``live_defaults``: keys the live backend supports
+      only at these values.
+    """
+
+    name: str
+    family: str
+    doc: str
+    barrier: bool = False
+    per_update: str = "one"
+    bounded: bool = False
+    uses_n: bool = False
+    softsync_n: str = ""
+    live: bool = True
+    live_defaults: tuple[tuple[str, Any], ...] = ()
+
+    def gradients_per_update(self, learners: int, n: int) -> int:
+        """c: the gradients one update averages."""
+        if self.per_update == "all":
+            return learners
+        if self.per_update == "n":
+            return max(1, learners // n)
+        return 1
+
+    def softsync_of(self, learners: int, n: int) -> int | None:
+        """The n of Rudra's n-softsync this protocol is (None: it is not one)."""
+        return {"n": n, "learners": learners}.get(self.softsync_n)
+
+
+# the live parameter server is one process: no shards, no aggregators
+_PS_LIVE = (("cluster.server.shards", 1), ("cluster.server.group_size", 1))
+
+SPECS: dict[str, ProtocolSpec] = {s.name: s for s in (
+    ProtocolSpec("hardsync", PS, "the server averages one gradient from every learner (a barrier)",
+                 barrier=True, per_update="all", live_defaults=_PS_LIVE),
+    ProtocolSpec("softsync", PS, "an update every max(1, ⌊λ/n⌋) gradients from any learners",
+                 per_update="n", uses_n=True, softsync_n="n", live_defaults=_PS_LIVE),
+    ProtocolSpec("async", PS, "an update per gradient (Downpour ASGD; softsync with n = λ)",
+                 softsync_n="learners", live_defaults=_PS_LIVE),
+    ProtocolSpec("ssp", PS, "an update per gradient; a learner waits while it is more than "
+                 "staleness_bound clocks ahead of the slowest", bounded=True, live_defaults=_PS_LIVE),
+    ProtocolSpec("bounded_softsync", PS, "n-softsync whose learners wait while they are more than "
+                 "staleness_bound clocks ahead of the slowest (softsync + SSP's release rule)",
+                 per_update="n", uses_n=True, softsync_n="n", bounded=True, live_defaults=_PS_LIVE),
+    ProtocolSpec("allreduce", GOSSIP, "AR-SGD: every iteration a ring all-reduce of the gradients"),
+    ProtocolSpec("dpsgd", GOSSIP, "D-PSGD: symmetric averaging with the neighbours, then the step"),
+    ProtocolSpec("adpsgd", GOSSIP, "AD-PSGD: asynchronous pairwise averaging across a bipartition",
+                 live=False),
+    ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph",
+                 live_defaults=(("protocol.overlap", 0),)),
+)}
+
+PROTOCOLS: tuple[str, ...] = tuple(SPECS)
+PS_PROTOCOLS: tuple[str, ...] = tuple(n for n, s in SPECS.items() if s.family == PS)
+GOSSIP_PROTOCOLS: tuple[str, ...] = tuple(n for n, s in SPECS.items() if s.family == GOSSIP)
+
+
+def spec_of(point: dict[str, Any]) -> ProtocolSpec:
+    """The spec of a validated point's protocol."""
+    return SPECS[point["protocol"]["name"]]
+
+
+def is_ps(point: dict[str, Any]) -> bool:
+    """The point's protocol is of the parameter-server family."""
+    return SPECS[point["protocol"]["name"]].family == PS
+
+
+def _dotted(point: dict[str, Any], key: str) -> Any:
+    node: Any = point
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def live_refusal(point: dict[str, Any]) -> str | None:
+    """Why the live backend cannot run ``point`` (one line), or None when it can."""
+    spec = spec_of(point)
+    if not spec.live:
+        runs = ", ".join(n for n, s in SPECS.items() if s.live)
+        return f"protocol {spec.name!r} has no live implementation (live runs {runs})"
+    for key, value in spec.live_defaults:
+        if _dotted(point, key) != value:
+            return (f"{key} = {_dotted(point, key)}: live {spec.name} supports only {key} = {value} "
+                    "(simulate it instead)")
+    return None
