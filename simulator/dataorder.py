@@ -25,21 +25,44 @@ def permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng([int(seed), DATA_ORDER, int(epoch)]).permutation(n)
 
 
+class GlobalSliceLayout:
+    """``global_slice``: learner ``i``'s ``k``-th minibatch is slice ``i`` of global batch ``k``."""
+
+    __slots__ = ("learners", "minibatch")
+
+    def __init__(self, learners: int, minibatch: int) -> None:
+        self.learners, self.minibatch = learners, minibatch
+
+    def start(self, k: int, learner: int) -> int:
+        """Stream position of learner ``learner``'s ``k``-th minibatch."""
+        return (k * self.learners + learner) * self.minibatch
+
+
+class ShardLayout:
+    """``shard``: a shard has ``⌊n/λ⌋`` samples and holds ``max(1, ⌊shard/μ⌋)`` minibatches per
+    epoch; after them the learner moves to its shard of the next epoch."""
+
+    __slots__ = ("n", "minibatch", "shard", "per_epoch")
+
+    def __init__(self, learners: int, minibatch: int, n: int) -> None:
+        self.n, self.minibatch = n, minibatch
+        self.shard = max(1, n // learners)
+        self.per_epoch = max(1, self.shard // minibatch)
+
+    def start(self, k: int, learner: int) -> int:
+        """Stream position of learner ``learner``'s ``k``-th minibatch."""
+        epoch, j = divmod(k, self.per_epoch)
+        return epoch * self.n + learner * self.shard + j * self.minibatch
+
+
 def global_slice_start(k: int, learner: int, learners: int, minibatch: int) -> int:
     """Stream position of learner ``learner``'s ``k``-th minibatch under ``global_slice``."""
-    return (k * learners + learner) * minibatch
+    return GlobalSliceLayout(learners, minibatch).start(k, learner)
 
 
 def shard_start(k: int, learner: int, learners: int, minibatch: int, n: int) -> int:
-    """Stream position of learner ``learner``'s ``k``-th minibatch under ``shard``.
-
-    A shard has ``⌊n/λ⌋`` samples and holds ``max(1, ⌊shard/μ⌋)`` minibatches per epoch;
-    after them the learner moves to its shard of the next epoch.
-    """
-    shard = max(1, n // learners)
-    per_epoch = max(1, shard // minibatch)
-    epoch, j = divmod(k, per_epoch)
-    return epoch * n + learner * shard + j * minibatch
+    """Stream position of learner ``learner``'s ``k``-th minibatch under ``shard``."""
+    return ShardLayout(learners, minibatch, n).start(k, learner)
 
 
 class SampleStream:

@@ -13,13 +13,15 @@ of its group; the server then spends one apply per aggregated message.
 
 Engine. Links and queues are :class:`~.resources.FifoServer` reservations; the event
 loop carries two events per gradient (the push leaving the learner, the server finishing
-it) and creates no process or Resource per message.
+it) and creates no process or Resource per message. Each event carries its own time,
+computed as SimPy computes it (``now + delay``), so a callback knows "now" without asking
+the environment.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import simpy
@@ -66,35 +68,36 @@ class PSRun:
         self.end_time = 0.0
 
     # -- learner side ---------------------------------------------------------------------
-    def _pull(self, i: int, t: float) -> None:
-        """Learner ``i`` receives the current weights (sent at ``t``) and starts computing."""
+    def _pull(self, i: int, now: float) -> None:
+        """Learner ``i`` receives the current weights (sent ``now``) and starts computing."""
         tx, lat = self.tx, self.lat
         if self.S == 1:
-            arrive = self.link_out[0].reserve(t, tx) + lat
+            arrive = self.link_out[0].reserve(now, tx) + lat
         else:
-            arrive = max(link.reserve(t, tx) for link in self.link_out) + lat
-        self._start(i, arrive, self.core.version)
+            arrive = max(link.reserve(now, tx) for link in self.link_out) + lat
+        self._start(i, arrive, self.core.version, now)
 
-    def _start(self, i: int, t: float, j: int) -> None:
+    def _start(self, i: int, t: float, j: int, now: float) -> None:
         k = self.core.assign(i)
         if k < 0:
             if self.group > 1:
-                self._maybe_forward(i // self.group)
+                self._maybe_forward(i // self.group, now)
             return
         if self.group > 1:
             self.agg_inflight[i // self.group] += 1
         clock = self.clocks[i]
         work = clock.draws.next()
         self.compute_s += work
-        delay = clock.finish(t, work) - self.env.now
-        self._schedule(Wake(self._send, (i, j, k, t)), NORMAL, delay if delay > 0 else 0.0)
+        delay = clock.finish(t, work) - now
+        if delay < 0:
+            delay = 0.0
+        self._schedule(Wake(self._send, (i, j, k, t, now + delay)), NORMAL, delay)
 
     def _send(self, ev: Wake) -> None:
-        i, j, k, t0 = ev.payload
-        now = self.env.now
+        i, j, k, t0, now = ev.payload
         item = (i, self.core.gradient(i, j, k, t0, now), j, self.mu)
         if self.group == 1:
-            self._push(now, (item,))
+            self._push(now, item, self._processed_one)
             return
         a = i // self.group
         arrive = self.agg_links[a].reserve(now, self.tx * self.S) + self.lat
@@ -102,36 +105,45 @@ class PSRun:
         self.agg_pending[a].append(item)
         if arrive > self.agg_arrive[a]:
             self.agg_arrive[a] = arrive
-        self._maybe_forward(a)
+        self._maybe_forward(a, now)
 
-    def _maybe_forward(self, a: int) -> None:
+    def _maybe_forward(self, a: int, now: float) -> None:
         """Aggregator ``a`` forwards once every member that can still send has sent."""
         pend = self.agg_pending[a]
         members = min(self.group, self.lam - a * self.group)
         all_issued = self.core.issued >= self.core.total
         if pend and (len(pend) == members or (all_issued and self.agg_inflight[a] == 0)):
             self.agg_pending[a] = []
-            at(self.env, max(self.agg_arrive[a], self.env.now), self._forward, pend)
+            at(self.env, max(self.agg_arrive[a], now), self._forward, pend)
 
     def _forward(self, ev: Wake) -> None:
-        self._push(self.env.now, ev.payload)
+        self._push(self.env.now, ev.payload, self._processed_many)
 
-    def _push(self, t: float, items: tuple | list) -> None:
-        """Send a push (one gradient or one aggregated message) to every shard at ``t``."""
+    def _push(self, now: float, item: Any, processed: Callable[[Wake], None]) -> None:
+        """Send a push (one gradient or one aggregated message) to every shard ``now``;
+        ``processed(wake)`` runs when the server has processed it (payload: item, time)."""
         tx, lat, draw = self.tx, self.lat, self.apply_draw
         if self.S == 1:
-            done = self.queue[0].reserve(self.link_in[0].reserve(t, tx) + lat, draw.next())
+            done = self.queue[0].reserve(self.link_in[0].reserve(now, tx) + lat, draw.next())
         else:
-            done = max(q.reserve(link.reserve(t, tx) + lat, draw.next())
+            done = max(q.reserve(link.reserve(now, tx) + lat, draw.next())
                        for q, link in zip(self.queue, self.link_in))
-        delay = done - self.env.now
-        self._schedule(Wake(self._processed, items), NORMAL, delay if delay > 0 else 0.0)
+        delay = done - now
+        if delay < 0:
+            delay = 0.0
+        self._schedule(Wake(processed, (item, now + delay)), NORMAL, delay)
 
     # -- server side ------------------------------------------------------------------------
-    def _processed(self, ev: Wake) -> None:
-        now = self.env.now
+    def _processed_one(self, ev: Wake) -> None:
+        (i, gop, j, size), now = ev.payload
         self.end_time = now
-        for i in self.core.push(ev.payload, now):
+        for r in self.core.push_one(i, gop, j, size, now):
+            self._pull(r, now)
+
+    def _processed_many(self, ev: Wake) -> None:
+        items, now = ev.payload
+        self.end_time = now
+        for i in self.core.push(items, now):
             self._pull(i, now)
 
     def run(self) -> TraceBuilder:

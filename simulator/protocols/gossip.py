@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from ..dataorder import global_slice_start, shard_start
+from ..dataorder import ShardLayout, global_slice_start
 from ..trace import EVAL, TraceBuilder
 from .cadence import EvalCadence
 
@@ -46,6 +46,7 @@ class GossipRecorder:
         self.mu = cl["minibatch"]
         self.spe = wl["samples_per_epoch"]
         self.K = iterations(point)
+        self.shards = ShardLayout(self.n, self.mu, self.spe)
         self.tb = tb if tb is not None else TraceBuilder()
         self.version = [0] * self.n
         self.samples = 0
@@ -61,7 +62,7 @@ class GossipRecorder:
     def grad(self, i: int, k: int, v: int, t_start: float, t_end: float) -> int:
         """Node ``i``'s gradient of its ``k``-th minibatch (its shard) on its version ``v``."""
         self.grads += 1
-        start = shard_start(k, i, self.n, self.mu, self.spe)
+        start = self.shards.start(k, i)
         return self.tb.grad(i, i, v, start, self.mu, k, t_start, t_end, self.samples / self.spe)
 
     def apply(self, i: int, gop: int, staleness: int, t: float, epoch: float | None = None) -> None:
