@@ -114,7 +114,7 @@ def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch
             measured = read_trace(os.path.join(out, "trace.ddlt"))
         except TraceError as e:
             raise BackendError(f"live run wrote no valid trace: {e}") from None
-        weights = torch.load(os.path.join(out, "weights.pt")) if os.path.exists(
+        weights = torch.load(os.path.join(out, "weights.pt"), weights_only=True) if os.path.exists(
             os.path.join(out, "weights.pt")) else None
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -200,9 +200,21 @@ def encode(trace: Trace) -> bytes:
             arr = np.ascontiguousarray(data[name], dtype=np.dtype(dt).newbyteorder("<"))
             cols.append((table, name, dt, arr))
     header["columns"] = [{"table": t, "name": n, "dtype": d, "length": int(len(a))} for t, n, d, a in cols]
-    hbytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    hbytes = json.dumps(_finite(header), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     body = b"".join([MAGIC, struct.pack("<Q", len(hbytes)), hbytes] + [a.tobytes() for *_, a in cols])
     return body + hashlib.sha256(body).digest()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as the string "inf", "-inf" or "nan" (strict JSON
+    has no such numbers; e.g. a point's ``bandwidth_Bps = inf``, "free transfers")."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write(trace: Trace, path: str | Path) -> None:

@@ -177,3 +177,24 @@ def test_failed_calibration_leaves_no_profile(tmp_path: Path, monkeypatch: pytes
     out = tmp_path / "p.toml"
     assert main(["calibrate", "--minibatches", "4", "--out", str(out)]) == 2
     assert "SIGKILL" in capsys.readouterr().err and not out.exists()
+
+
+def test_readme_demo_runs_end_to_end(tmp_path: Path) -> None:
+    # Truths: the README's first command; hardsync has σ = 0, so its two learning-rate policies
+    # are the same run; Rudra's finding — at λ = 30 async with a constant rate does not learn
+    # (error near chance), dividing it by each gradient's staleness does
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", "run", "demo", "--out", str(out),
+                           "--quiet", "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"report: {out / 'report.html'}" in proc.stdout
+    rows = {(r["protocol"], r["optimizer.lr_policy"]): r for r in read_csv(out / "summary.csv")}
+    assert len(rows) == 6 and all(r["error"] == "" for r in rows.values())
+    err = {k: float(r["final_test_error"]) for k, r in rows.items()}
+    assert err[("hardsync", "constant")] == err[("hardsync", "per_gradient")]
+    assert err[("async", "constant")] > 0.7 and err[("async", "per_gradient")] < 0.1
+    assert (out / "report.html").stat().st_size > 10_000
+    assert len(read_csv(out / "curves.csv")) >= 6 * 20

@@ -205,7 +205,7 @@ def test_same_seed_same_bytes_and_other_seed_differs() -> None:
     assert T.encode(simulate(q).trace) != a
 
 
-@pytest.mark.parametrize("protocol", ["hardsync", "softsync", "async", "ssp"])
+@pytest.mark.parametrize("protocol", ["hardsync", "softsync", "async", "ssp", "bounded_softsync"])
 def test_every_trace_is_valid_and_covers_the_epochs(protocol: str) -> None:
     p = point(protocol, 5, epochs=2, spe=300, mb=4, extra="")
     r = simulate(p)
@@ -223,3 +223,62 @@ def test_every_trace_is_valid_and_covers_the_epochs(protocol: str) -> None:
     else:
         expect = [shard_start(kk, i, 5, 4, 300) for kk, i in zip(k, node)]
     assert start.tolist() == expect
+
+
+STRAGGLER = FREE + """
+[cluster.stragglers]
+fraction = 0.25
+slowdown = 3.0
+"""
+
+
+def _worst_lead(trace: T.Trace, lam: int) -> int:
+    """Largest k − (gradients the least advanced learner has finished by the start of learner
+    i's k-th gradient) over the trace: SSP's clock difference, seen from finished gradients
+    (a processed gradient was finished first, so a bound s on processed clocks bounds this)."""
+    ops = trace.ops
+    g = np.flatnonzero(ops["kind"] == T.GRAD)
+    ends = {i: np.sort(ops["t_end"][g][ops["node"][g] == i]) for i in range(lam)}
+    return max(int(ops["batch_index"][x]) - min(int(np.searchsorted(ends[m], ops["t_start"][x], side="right"))
+                                               for m in range(lam)) for x in g)
+
+
+@pytest.mark.parametrize("bound", [0, 2])
+def test_bounded_softsync_keeps_the_bound_that_softsync_breaks(bound: int) -> None:
+    # Truth: SSP's rule (a learner starts clock k only when the slowest has ≥ k − s processed),
+    # checked on every gradient; plain softsync with the same straggler runs far ahead.
+    lam = 4
+    kw = dict(epochs=2, spe=2000, extra=STRAGGLER, protocol__n=2, protocol__staleness_bound=bound)
+    bounded = simulate(point("bounded_softsync", lam, **kw))
+    free = simulate(point("softsync", lam, **kw))
+    assert _worst_lead(bounded.trace, lam) <= bound < _worst_lead(free.trace, lam)
+    # every update still averages c = ⌊λ/n⌋ = 2 gradients (the last may be partial)
+    counts = bounded.trace.ops["in_count"][bounded.trace.ops["kind"] == T.APPLY]
+    assert (counts[:-1] == 2).all() and counts[-1] in (1, 2)
+
+
+def _columns(trace: T.Trace) -> dict:
+    return {k: v.tolist() for k, v in {**trace.ops, **{f"in_{k}": v for k, v in trace.inputs.items()}}.items()}
+
+
+def test_bounded_softsync_reduces_to_ssp_and_to_softsync() -> None:
+    # Truth: the definitions — with n = λ (c = 1) it is SSP with the same bound; with a bound
+    # no learner can reach it is softsync. Same ops and inputs, column by column.
+    lam = 4
+    kw = dict(epochs=1, spe=800, extra=STRAGGLER)
+    assert _columns(simulate(point("bounded_softsync", lam, protocol__n=lam, protocol__staleness_bound=1,
+                                   **kw)).trace) == _columns(simulate(point("ssp", lam, protocol__staleness_bound=1,
+                                                                            **kw)).trace)
+    assert _columns(simulate(point("bounded_softsync", lam, protocol__n=2, protocol__staleness_bound=10**6,
+                                   **kw)).trace) == _columns(simulate(point("softsync", lam, protocol__n=2,
+                                                                            **kw)).trace)
+
+
+def test_the_async_specialisation_of_the_core_is_its_general_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Truth: PSCore's general push (pending list, apply, release) on the same async run
+    from ddlsim.simulator.protocols.ps import PSCore
+
+    p = point("async", 5, epochs=2, spe=600, mb=4, extra=STRAGGLER, workload__evals_per_epoch=3)
+    fast = T.encode(simulate(p).trace)
+    monkeypatch.setattr(PSCore, "_push_one_alone", PSCore.push_one)
+    assert T.encode(simulate(p).trace) == fast

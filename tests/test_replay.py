@@ -493,3 +493,53 @@ def test_simulated_hardsync_replays_as_single_learner_sgd():
         sgd.step()
     ref = nn.utils.parameters_to_vector(model.parameters()).detach()
     assert torch.allclose(final_x(rep), ref, atol=1e-5, rtol=0)
+
+
+def reference_ps_replay(trace: Trace, point: dict) -> torch.Tensor:
+    """An independent parameter-server replay: a dict of weights versions, each gradient by
+    plain autograd on a copy of the model at the version it read, each apply one
+    ``torch.optim.SGD`` step (momentum, weight decay) on Σ weight · (α0/σ policy) · g."""
+    ops, inp = trace.ops, trace.inputs
+    model, data = build_model(point), load_data(point)
+    params = list(model.parameters())
+    sgd = torch.optim.SGD(params, lr=point["optimizer"]["lr"], momentum=point["optimizer"]["momentum"],
+                          weight_decay=point["optimizer"]["weight_decay"])
+    stream = SampleStream(int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+    versions = {0: [p.detach().clone() for p in params]}
+    grads: dict[int, list[torch.Tensor]] = {}
+    for i in range(trace.n_ops):
+        if ops["kind"][i] == GRAD:
+            probe = build_model(point)
+            for q, w in zip(probe.parameters(), versions[int(ops["src_version"][i])]):
+                q.data.copy_(w)
+            idx = torch.from_numpy(stream.indices(int(ops["sample_start"][i]), int(ops["batch_size"][i])))
+            F.cross_entropy(probe(data.train_x[idx]), data.train_y[idx]).backward()
+            grads[i] = [q.grad.detach().clone() for q in probe.parameters()]
+        elif ops["kind"][i] == APPLY:
+            s, c = int(ops["in_start"][i]), int(ops["in_count"][i])
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            for g_op, w, sigma in zip(inp["grad_op"][s:s + c], inp["weight"][s:s + c], inp["staleness"][s:s + c]):
+                scale = 1.0 / sigma if (point["optimizer"]["lr_policy"] == "per_gradient" and sigma > 0) else 1.0
+                for p, g in zip(params, grads.pop(int(g_op))):
+                    p.grad.add_(g, alpha=float(w) * scale)
+            sgd.step()
+            versions[int(ops["version"][i]) + 1] = [p.detach().clone() for p in params]
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+@pytest.mark.parametrize("protocol", ["bounded_softsync", "ssp", "softsync"])
+def test_simulated_ps_traces_replay_as_the_reference(protocol):
+    # truth: reference_ps_replay (torch.optim.SGD, plain autograd, versions kept by hand) on the
+    # simulator's trace of a straggler-bound run, staleness-aware learning rate
+    point = make_point(protocol__name=protocol, protocol__n=2, protocol__staleness_bound=1, cluster__learners=4,
+                       cluster__minibatch=8, workload__epochs=0.25, optimizer__lr=0.1,
+                       optimizer__lr_policy="per_gradient", optimizer__weight_decay=1e-4,
+                       cluster__stragglers__fraction=0.25, cluster__stragglers__slowdown=3.0)
+    from ddlsim.simulator.run import simulate
+
+    trace = simulate(point).trace
+    assert trace.inputs["staleness"].max() >= 1  # stale gradients, so the policy matters
+    rep = replayer(trace, point, batched=True)
+    rep.run()
+    assert torch.allclose(final_x(rep), reference_ps_replay(trace, point), atol=1e-5)
