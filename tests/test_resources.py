@@ -54,3 +54,24 @@ def test_out_of_order_arrival_is_refused() -> None:
     s.reserve(5.0, 1.0)
     with pytest.raises(ValueError, match="nic"):
         s.reserve(1.0, 1.0)
+
+
+def test_wake_fires_in_the_order_and_at_the_times_of_simpy_timeouts() -> None:
+    # Truth: SimPy's own Timeout events scheduled with the same delays (ties FIFO)
+    import simpy
+    from simpy.core import NORMAL
+
+    from ddlsim.simulator.events import Wake, at
+
+    delays = [0.5, 0.1, 0.5, 0.0, 0.3, 0.1, 0.5]
+    env, seen = simpy.Environment(), []
+    for k, d in enumerate(delays):
+        env.schedule(Wake(lambda ev: seen.append((env.now, ev.payload)), k), NORMAL, d)
+    at(env, 0.2, lambda ev: seen.append((env.now, ev.payload)), "at")
+    env.run()
+    ref_env, ref = simpy.Environment(), []
+    for k, d in enumerate(delays):
+        ref_env.timeout(d, k).callbacks.append(lambda ev: ref.append((ref_env.now, ev.value)))
+    ref_env.timeout(0.2, "at").callbacks.append(lambda ev: ref.append((ref_env.now, ev.value)))
+    ref_env.run()
+    assert seen == ref
