@@ -11,11 +11,11 @@ encoding (``simulator/gossip.py``), so the replay backend reproduces the live we
   (self_coef 1/(d+1)), send the post-apply state to this iteration's out-peers
   (``isend``, non-blocking), receive the in-peers' (blocking ``irecv`` + wait), mix each
   (coef 1/(d+1)). A message carries x and a float64 header [sender version, w].
-* ``dpsgd``: iteration k: send the current state (version v) to this iteration's
-  neighbours of the symmetric graph (``isend``), compute the gradient at it, receive the
-  neighbours' states, mix them with the Metropolis weights (the first mix also scales the
-  own state by ``W[i, i]``), then apply the gradient of version v to the mixed state:
-  ``x ← Σ_j W_ij x_j − α·g(x_i)``, as the simulator's D-PSGD records it.
+* ``dpsgd``, the simulator's two schedules: ``overlap`` 0 (default, blocking): compute the
+  gradient, step, send the stepped state to this iteration's neighbours of the symmetric
+  graph (``isend``), receive theirs, mix with the Metropolis weights (the first mix also
+  scales the own state by ``W[i, i]``); ``overlap`` 1: send the current state while
+  computing the gradient at it, mix, then apply: ``x ← Σ_j W_ij x_j − α·g(x_i)``.
 
 Each node logs its ops with ``time.monotonic()`` (one clock per machine) and node 0
 merges the logs by time into one trace after the run.
@@ -154,25 +154,42 @@ def _sgp(me: Node, K: int) -> None:
 
 
 def _dpsgd(me: Node, K: int) -> None:
+    """D-PSGD with the simulator's two schedules (``protocol.overlap``): 0, step then exchange
+    the stepped states (blocking); 1, exchange the current states while computing, mix, step."""
     proto = me.point["protocol"]
     topo, peers = proto["topology"], proto["peers"]
     n, mu, i = me.n, me.mu, me.i
+    blocking = proto["overlap"] == 0
     phases = period(symmetric_topology(topo), n, peers)
+
+    def step(g: torch.Tensor, k: int) -> None:
+        epoch = (k + 1) * n * mu / me.spe
+        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
+        me.log.append((time.monotonic(), "apply", me.version, epoch))
+        me.version += 1
+
     for k in range(K):
         self_w, pairs = symmetric_weights(topo, i, k % phases, n, peers)
+        start = shard_start(k, i, n, mu, me.spe)
+        if blocking:
+            v = me.version
+            g, t0, t1 = me.gradient(start)
+            me.log.append((t1, "grad", i, v, start, k, t0))
+            step(g, k)
         v, sent_x = me.version, me.x  # me.x is replaced below, never written in place
         header = torch.tensor([v, me.w], dtype=torch.float64)
+        order = sorted((j for j, _ in pairs), key=lambda j: (j - i) % n)  # the simulator's send order
         reqs = []
-        for j, _ in pairs:
+        for j in order:
             reqs.append(dist.isend(header, j, tag=2 * k))
             reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
         # receives posted before computing: gloo moves the states while the gradient runs
         inbox = [(torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)) for _ in pairs]
         recvs = [(dist.irecv(h, j, tag=2 * k), dist.irecv(xs, j, tag=2 * k + 1))
                  for (j, _), (h, xs) in zip(pairs, inbox)]
-        start = shard_start(k, i, n, mu, me.spe)
-        g, t0, t1 = me.gradient(start)
-        me.log.append((t1, "grad", i, v, start, k, t0))
+        if not blocking:
+            g, t0, t1 = me.gradient(start)
+            me.log.append((t1, "grad", i, v, start, k, t0))
         for m, ((j, wij), (h, xs), (rh, rx)) in enumerate(zip(pairs, inbox, recvs)):
             rh.wait()
             rx.wait()
@@ -181,10 +198,8 @@ def _dpsgd(me: Node, K: int) -> None:
             me.w = sc * me.w + wij * float(h[1])
             me.log.append((time.monotonic(), "mix", i, me.version, j, int(h[0]), wij, sc))
             me.version += 1
-        epoch = (k + 1) * n * mu / me.spe
-        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
-        me.log.append((time.monotonic(), "apply", me.version, epoch))
-        me.version += 1
+        if not blocking:
+            step(g, k)
         for r in reqs:
             r.wait()
 

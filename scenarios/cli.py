@@ -65,6 +65,13 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hardware(args: argparse.Namespace) -> int:
+    from .hardware import listing
+
+    print(listing())
+    return 0
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from ..simulator import trace as tracemod
 
@@ -96,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("scenarios", help="list the bundled scenarios")
     p.set_defaults(func=cmd_scenarios)
+    p = sub.add_parser("hardware", help="list the hardware catalogue (cluster.gpu, cluster.network.preset)")
+    p.set_defaults(func=cmd_hardware)
     p = sub.add_parser("trace", help="validate a trace file and print its op counts")
     p.add_argument("path")
     p.set_defaults(func=cmd_trace)

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..simulator.catalog import dataset_info, param_count
+from ..simulator.collectives import default_algorithm
 from ..simulator.compute import ProfileError, load_profile
 from ..simulator.protocols import spec_of
 from ..simulator.trace import SCHEMA_VERSION
+from .hardware import apply_presets
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
 
 MAX_POINTS = 100_000
@@ -40,6 +42,7 @@ class Scenario:
     path: str
     base: dict[str, Any]
     axes: list[tuple[str, list[Any]]]
+    explicit: frozenset[str] = frozenset()  # keys the scenario sets itself (presets do not override them)
 
     def points(self) -> list[dict[str, Any]]:
         """Every sweep point as a complete, validated nested dict (with derived keys)."""
@@ -120,8 +123,10 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
     sweep = raw.pop("sweep", {})
     if not isinstance(sweep, dict):
         raise ScenarioError(f"{path}: key 'sweep' must be a table of dotted keys to lists")
+    explicit: set[str] = set()
     for key, value in _flatten(raw):
         set_dotted(base, key, _validated(path, key, value))
+        explicit.add(key)
     for key, values in sweep.items():
         where = f"{path}: [sweep]"
         if key not in FIELD_BY_KEY:
@@ -129,6 +134,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         if not isinstance(values, list) or not values:
             raise ScenarioError(f"{where} key '{key}' = {_fmt(values)}: expected a non-empty array")
         axes[key] = _axis(f"{path}: [sweep] '{key}'", key, values)
+        explicit.add(key)
     for text_kv in overrides or []:
         key, value = parse_override(text_kv)
         where = f"--set {key}"
@@ -138,6 +144,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         f = FIELD_BY_KEY.get(key)
         if f is None:
             _validated("--set", key, value)  # says what is wrong with the key
+        explicit.add(key)
         if isinstance(value, list) and f.kind != "list":
             if not value:
                 raise ScenarioError(f"{where} = []: expected a non-empty array")
@@ -151,7 +158,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
     if size > MAX_POINTS:
         raise ScenarioError(f"{path}: the sweep has {size:,} points (more than {MAX_POINTS:,}); "
                             "split it into several scenarios")
-    scenario = Scenario(path, base, list(axes.items()))
+    scenario = Scenario(path, base, list(axes.items()), frozenset(explicit))
     _resolve_profile(scenario, folder or Path.cwd())
     scenario.points()  # validate every point now, so errors come before any work
     return scenario
@@ -197,7 +204,8 @@ def _resolve_profile(scenario: Scenario, folder: Path) -> None:
             values[:] = [v if Path(v).is_absolute() else str((folder / v).resolve()) for v in values]
 
 
-def _check_point(path: str, point: dict[str, Any], label: str) -> None:
+def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozenset[str]) -> None:
+    apply_presets(point, explicit, path, label)
     lam = point["cluster"]["learners"]
     proto = point["protocol"]
     if spec_of(point).uses_n and not 1 <= proto["n"] <= lam:
@@ -219,6 +227,15 @@ def _check_point(path: str, point: dict[str, Any], label: str) -> None:
             load_profile(profile)
         except ProfileError as e:
             raise ScenarioError(f"{path}: key 'cluster.compute.profile' = {profile!r}{label}: {e}") from None
+    g = point["cluster"]["gpus_per_node"]
+    if lam % g:
+        raise ScenarioError(f"{path}: key 'cluster.gpus_per_node' = {g}{label}: learners ({lam}) must be a multiple "
+                            "of it (one learner per GPU)")
+    if proto["allreduce_algorithm"] is None:
+        proto["allreduce_algorithm"] = default_algorithm(g)
+    if proto["name"] == "dpsgd" and proto["overlap"] > 1:
+        raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: dpsgd takes 0 (exchange "
+                            "after the step, blocking) or 1 (exchange while computing)")
     group = point["cluster"]["server"]["group_size"]
     if group > lam:
         raise ScenarioError(
@@ -234,7 +251,7 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
         for k, v in zip(keys, combo):
             set_dotted(point, k, copy.deepcopy(v))
         label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
-        _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "")
+        _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit)
         point["_swept"] = {k: v for k, v in zip(keys, combo)}
         point["_id"] = run_id(point)
         out.append(point)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..simulator.catalog import DATASETS, MODELS
+from ..simulator.collectives import ALGORITHMS
 from ..simulator.protocols import PROTOCOLS
 from ..simulator.topology import TOPOLOGIES
 
@@ -121,11 +122,20 @@ FIELDS: tuple[Field, ...] = (
     _i("cluster.learners", 8, "λ learners (parameter server) or N nodes (decentralized).", minimum=1,
        maximum=100_000),
     _i("cluster.minibatch", 16, "μ samples per learner per gradient.", "samples", minimum=1, maximum=10**7),
+    _i("cluster.gpus_per_node", 1, "Learners (one per GPU) that share a node and its NIC; learners must be a "
+       "multiple of it.", minimum=1, maximum=1024),
+    _s("cluster.gpu", None, "Hardware preset (`ddlsim hardware`): fills cluster.compute.base_s/per_sample_s from "
+       "the GPU's published throughput for the model, and the intra-node link; explicit keys win.", optional=True),
+    _s("cluster.precision", "fp32", "Precision of the GPU preset's throughput.", choices=("fp32", "mixed")),
     _s("cluster.compute.distribution", "lognormal", "Distribution of compute time around its mean.",
        choices=("deterministic", "exponential", "lognormal")),
     _f("cluster.compute.base_s", 0.002, "Fixed compute time per minibatch.", "s", minimum=0, maximum=1e6),
     _f("cluster.compute.per_sample_s", 0.0005, "Compute time per sample.", "s", minimum=0, maximum=1e6),
     _f("cluster.compute.cv", 0.1, "Coefficient of variation (lognormal).", minimum=0, maximum=10),
+    _f("cluster.compute.backward_fraction", 2 / 3, "Share of a minibatch's compute spent in backward (gradient "
+       "buckets are produced during it).", "fraction", minimum=0, min_exclusive=True, maximum=1),
+    _f("cluster.compute.step_s", 0.0, "Optimizer step per iteration after the last bucket (all-reduce family).", "s",
+       minimum=0, maximum=1e6),
     _s("cluster.compute.profile", None,
        "Calibrated table (TOML) of minibatch → seconds; replaces base_s/per_sample_s. "
        "Relative paths are relative to the scenario file.", optional=True),
@@ -137,9 +147,16 @@ FIELDS: tuple[Field, ...] = (
        "1/s", minimum=0, maximum=1e6),
     _f("cluster.stragglers.stall_mean_s", 0.0, "Mean stall duration (exponential).", "s", minimum=0,
        maximum=1e6),
-    _f("cluster.network.latency_s", 5e-5, "Per-message latency.", "s", minimum=0, maximum=1e6),
+    _s("cluster.network.preset", None, "Network preset (`ddlsim hardware`): fills latency_s, bandwidth_Bps and "
+       "overhead_s; explicit keys win.", optional=True),
+    _f("cluster.network.latency_s", 5e-5, "Per-message latency between nodes.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
        "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
+    _f("cluster.network.overhead_s", 0.0, "Fixed software cost of every message (a collective pays it per step), "
+       "beside the wire latency.", "s", minimum=0, maximum=1e6),
+    _f("cluster.network.intra_bandwidth_Bps", 1.6e10, "Per-GPU link inside a node (default: PCIe 3.0 x16); inf "
+       "means free.", "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
+    _f("cluster.network.intra_latency_s", 5e-6, "Per-message latency inside a node.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bytes_per_param", 4.0, "Bytes per parameter in a message.", "bytes", minimum=0,
        maximum=1024),
     _i("cluster.server.shards", 1, "Parameter-server shards (each its own NIC and apply queue).",
@@ -158,8 +175,14 @@ FIELDS: tuple[Field, ...] = (
        maximum=10**9),
     _s("protocol.topology", "npdde", "Gossip graph (sgp, dpsgd).", choices=TOPOLOGIES),
     _i("protocol.peers", 1, "Out-peers per iteration (sgp).", minimum=1, maximum=4096),
-    _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages.",
+    _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages; dpsgd: 0 "
+       "exchanges after the step (blocking, as the SGP reference code), 1 while computing (Lian et al.).",
        "iterations", minimum=0, maximum=10**6),
+    _i("protocol.bucket_bytes", 25 * 2**20, "Gradient bucket: buckets are sent as backward produces them, "
+       "overlapping communication with compute (PyTorch DDP: 25 MiB); 0: one message after backward.", "bytes",
+       minimum=0, maximum=10**13),
+    _s("protocol.allreduce_algorithm", None, "All-reduce algorithm; default ring with one GPU per node, "
+       "hierarchical otherwise.", choices=ALGORITHMS, optional=True),
     # live backend
     _s("live.compute", "real", "Live learners compute real gradients, or sleep for the compute "
        "model's time (emulated).", choices=("real", "emulated")),

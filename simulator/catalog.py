@@ -24,9 +24,11 @@ class DatasetInfo:
 DATASETS = ("digits", "teacher", "cifar10", "mnist", "fashion_mnist", "imagenet")
 FILE_DATASETS = ("cifar10", "mnist", "fashion_mnist")   # torchvision's, read from a data directory
 SIMULATION_ONLY_DATASETS = ("imagenet",)
-MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "alexnet", "transformer")
+MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "resnet101", "resnet152", "vgg16",
+          "inception_v3", "alexnet", "transformer", "bert_base", "bert_large")
 IMAGE_MODELS = ("lenet", "rudra_cifar", "resnet18")     # need (C, H, W) inputs
-SIMULATION_ONLY_MODELS = ("resnet50", "alexnet", "transformer")
+SIMULATION_ONLY_MODELS = ("resnet50", "resnet101", "resnet152", "vgg16", "inception_v3", "alexnet", "transformer",
+                          "bert_base", "bert_large")
 TRAINABLE_MODELS = tuple(m for m in MODELS if m not in SIMULATION_ONLY_MODELS)
 
 DIGITS_TEST_SIZE = 360  # scikit-learn digits: 1797 samples, fixed 1437/360 split
@@ -49,11 +51,20 @@ def dataset_info(name: str, teacher_samples: int = 4096, teacher_features: int =
 
 
 MLP_HIDDEN = 128
-# Counts of torchvision's builds (``num_classes`` = 1000) and of the simulation-only models.
+# Parameter counts of the simulation-only models: torchvision's builds with 1000 classes
+# (ResNet-50, AlexNet), the Keras Applications table (ResNet-101/152, VGG-16, Inception V3:
+# keras.io/api/applications) and the BERT README (google-research/bert: 110M and 340M,
+# rounded); docs/hardware.md.
 FIXED_COUNTS_1000 = {
     "resnet50": 25_557_032,
+    "resnet101": 44_707_176,
+    "resnet152": 60_419_944,
+    "vgg16": 138_357_544,
+    "inception_v3": 23_851_784,
     "alexnet": 61_100_840,
     "transformer": 61_000_000,  # Transformer-base (Vaswani et al. 2017), about 61M; approximate
+    "bert_base": 110_000_000,
+    "bert_large": 340_000_000,
 }
 
 
@@ -94,6 +105,6 @@ def param_count(model: str, data: DatasetInfo) -> int:
         return 25_557_032 - _linear(2048, 1000) + _linear(2048, c)
     if model == "alexnet":
         return 61_100_840 - _linear(4096, 1000) + _linear(4096, c)
-    if model == "transformer":
-        return FIXED_COUNTS_1000["transformer"]
+    if model in FIXED_COUNTS_1000:  # the published count whatever the data set (simulation only)
+        return FIXED_COUNTS_1000[model]
     raise KeyError(model)

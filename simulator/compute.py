@@ -124,6 +124,31 @@ class LearnerClock:
         self._s += float(self._rng.exponential(1 / self._stall_rate))
         self._e = max(self._e, self._s + float(self._rng.exponential(self._stall_mean)))
 
+    def finish_many(self, start: float, marks: list[float]) -> list[float]:
+        """When each cumulative amount of work in ``marks`` (ascending) of computing that begins
+        at ``start`` is done, stalls applied once (one mark: exactly :meth:`finish`)."""
+        if self._s == math.inf:
+            return [start + m for m in marks]
+        out, t, prev = [], start, 0.0
+        for m in marks:
+            left = m - prev
+            prev = m
+            while True:
+                while self._e <= t:
+                    self._advance()
+                if self._s <= t:
+                    t = self._e
+                    self._advance()
+                    continue
+                if t + left <= self._s:
+                    t = t + left
+                    break
+                left -= self._s - t
+                t = self._e
+                self._advance()
+            out.append(t)
+        return out
+
     def finish(self, start: float, work: float) -> float:
         if self._s == math.inf:
             return start + work

@@ -15,18 +15,20 @@ their own minibatch, step, communicate. Three concerns are kept apart:
 Protocols and their trace encoding (docs/decentralized.md has the full write-up):
 
 * ``allreduce`` (AR-SGD): every node computes a gradient on its own state (all equal);
-  when the last one is done (a straggler delays everyone) a ring all-reduce costs
-  ``2(N−1)·latency + 2(N−1)/N · M/bandwidth`` (``M`` = message bytes), charged to every
-  node's NICs. Trace: the ``N`` grads; one apply on node 0 with all ``N`` gradients at
+  backward produces the gradient in buckets, each all-reduced when every node has it and
+  the previous bucket's all-reduce is done (:mod:`.collectives`: ring, hierarchical,
+  halving/doubling, recursive doubling; a straggler delays everyone); the NICs are charged
+  for the bytes. Trace: the ``N`` grads; one apply on node 0 with all ``N`` gradients at
   weight ``1/N`` (a gradient may be applied only once, so node 0 stands for everyone);
   then on every other node a mix ``x_i ← 0·x_i + 1·x_0`` copying node 0's new version.
   Data layout ``global_slice``: a replay equals SGD with minibatch ``Nμ``.
-* ``dpsgd`` (Lian et al. 2017): ``x_i ← Σ_j W_ij x_j − γ g_i(x_i)``. At the start of an
-  iteration a node sends its state to its neighbours (:func:`.topology.symmetric_neighbors`)
-  while it computes (the paper's steps 1 and 2 run in parallel); when it has its gradient
-  and its neighbours' states of this iteration it mixes and steps. Trace: grad on
-  ``(i, v)``; one mix per neighbour ``j`` (ascending) reading ``j``'s version at its send
-  (first ``self_coef = W_ii, coef = W_ij``, then ``self_coef = 1``); apply (σ = 0).
+* ``dpsgd`` (Lian et al. 2017) with the neighbours of :func:`.topology.symmetric_neighbors`.
+  ``overlap`` 0 (default; the SGP reference code's blocking gossip): compute, step, send
+  the stepped state, mix the neighbours' stepped states. Trace: grad on ``(i, v)``; apply
+  (σ = 0); one mix per neighbour ``j`` (ascending) reading ``j``'s version at its send
+  (first ``self_coef = W_ii, coef = W_ij``, then ``self_coef = 1``). ``overlap`` 1 (Lian et
+  al.'s steps 1 and 2 in parallel): send ``x_i`` while computing the gradient at it; when
+  both are there mix, then apply: ``x_i ← Σ_j W_ij x_j − γ g_i(x_i)``.
 * ``adpsgd`` (Lian et al. 2018): odd nodes are active, even passive; every node computes
   without waiting for anyone. An active node, when it starts iteration ``k`` on version
   ``v``, sends its state to a random passive neighbour (:func:`.topology.adpsgd_candidates`,
@@ -64,7 +66,7 @@ import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from . import mixing, seeds, topology
+from . import collectives, mixing, seeds, topology
 from .compute import learner_clocks
 from .events import Wake
 from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for
@@ -73,67 +75,76 @@ from .trace import Trace, TraceBuilder
 
 
 class Transport:
-    """How bytes move: per-node FIFO NIC out and NIC in, latency and bandwidth.
+    """How bytes move: FIFO NICs (out and in) per node, a link per GPU inside a node.
 
-    ``send`` reserves the sender's NIC out now; the message enters the receiver's NIC in
-    ``latency`` after it started leaving (one event, so that NIC-in reservations are made
-    in time order, as :class:`FifoServer` requires) and is delivered when the NIC in is
-    done with it (a second event calling ``deliver(wake)`` with ``wake.value = payload``).
-    With infinite bandwidth transfers are free and a message takes ``latency`` flat.
+    Workers ``i`` and ``j`` share a node when ``i // g == j // g`` (``g`` = GPUs per node);
+    their messages use the intra-node links (each worker's own, out and in), the others the
+    nodes' NICs, which the node's workers share. Every message pays ``latency`` + the
+    software ``overhead`` (a fixed cost, not occupying a link) and holds a link for
+    ``bytes / bandwidth``. ``send`` reserves the sender's link out now; the message enters
+    the receiver's link in ``latency + overhead`` after it started leaving (one event, so that
+    in-link reservations are made in time order, as :class:`FifoServer` requires) and is
+    delivered when the in-link is done with it (a second event calling ``deliver(wake)`` with
+    ``wake.payload = payload``). With infinite bandwidth transfers are free and a message
+    takes ``latency + overhead`` flat. Collectives (:meth:`collective`) hold every NIC.
     """
 
     def __init__(self, env: simpy.Environment, n: int, latency_s: float, bandwidth_Bps: float,
-                 message_bytes: float) -> None:
+                 message_bytes: float, *, gpus_per_node: int = 1, overhead_s: float = 0.0,
+                 intra_latency_s: float = 0.0, intra_bandwidth_Bps: float = math.inf) -> None:
         self.env = env
         self.n = n
-        self.lat = latency_s
+        self.g = gpus_per_node
+        self.lat = latency_s + overhead_s
         self.bw = bandwidth_Bps
         self.message_bytes = message_bytes
         self.tx = 0.0 if math.isinf(bandwidth_Bps) else message_bytes / bandwidth_Bps
-        self.nic_out = [FifoServer(f"node{i}.out") for i in range(n)]
-        self.nic_in = [FifoServer(f"node{i}.in") for i in range(n)]
+        nodes = n // gpus_per_node
+        self.nic_out = [FifoServer(f"node{i}.out") for i in range(nodes)]
+        self.nic_in = [FifoServer(f"node{i}.in") for i in range(nodes)]
+        if gpus_per_node > 1:
+            self.intra_lat = intra_latency_s + overhead_s
+            self.intra_tx = 0.0 if math.isinf(intra_bandwidth_Bps) else message_bytes / intra_bandwidth_Bps
+            self.intra_out = [FifoServer(f"gpu{i}.out") for i in range(n)]
+            self.intra_in = [FifoServer(f"gpu{i}.in") for i in range(n)]
         self.bytes_sent = 0.0
         self.messages = 0
         self._schedule = env.schedule
 
     def send(self, src: int, dst: int, deliver: Callable[[Wake], None], payload: Any) -> None:
-        """Send one message of ``message_bytes`` from ``src`` to ``dst`` now."""
-        env = self.env
-        now = env.now
-        self.bytes_sent += self.message_bytes
+        """Send one message of ``message_bytes`` from worker ``src`` to worker ``dst`` now."""
+        now = self.env.now
         self.messages += 1
-        tx = self.tx
+        g = self.g
+        if g > 1 and src // g == dst // g:
+            out, inn, tx, lat = self.intra_out[src], self.intra_in[dst], self.intra_tx, self.intra_lat
+        else:
+            self.bytes_sent += self.message_bytes
+            out, inn, tx, lat = self.nic_out[src // g], self.nic_in[dst // g], self.tx, self.lat
         if tx == 0.0:
-            self._schedule(Wake(deliver, payload), NORMAL, self.lat)
+            self._schedule(Wake(deliver, payload), NORMAL, lat)
             return
-        leave_start = self.nic_out[src].reserve(now, tx) - tx
-        delay = leave_start + self.lat - now
-        self._schedule(Wake(self._enter, (dst, deliver, payload)), NORMAL, delay if delay > 0 else 0.0)
+        leave_start = out.reserve(now, tx) - tx
+        delay = leave_start + lat - now
+        self._schedule(Wake(self._enter, (inn, tx, deliver, payload)), NORMAL, delay if delay > 0 else 0.0)
 
     def _enter(self, ev: Wake) -> None:
-        dst, deliver, payload = ev.payload
+        inn, tx, deliver, payload = ev.payload
         now = self.env.now
-        delay = self.nic_in[dst].reserve(now, self.tx) - now
+        delay = inn.reserve(now, tx) - now
         self._schedule(Wake(deliver, payload), NORMAL, delay if delay > 0 else 0.0)
 
-    def ring_allreduce(self, start: float) -> float:
-        """A ring all-reduce of ``message_bytes`` by all nodes, starting at ``start``: its end.
-
-        ``2(N−1)`` steps, each moving ``M/N`` bytes out of and into every node: every NIC
-        is busy ``2(N−1)/N · M/bandwidth`` and the steps add ``2(N−1)·latency``.
-        """
-        n = self.n
-        if n == 1:
-            return start
-        busy = 2.0 * (n - 1) / n * self.tx
-        self.bytes_sent += 2.0 * (n - 1) * self.message_bytes  # n nodes × 2(n−1)/n · M
-        self.messages += 2 * (n - 1) * n
+    def collective(self, start: float, busy: float, fixed: float, nic_bytes: float, messages: int) -> float:
+        """A collective starting at ``start`` that holds every NIC ``busy`` seconds and adds
+        ``fixed`` (per-step latencies, software costs, intra-node stages): its end."""
+        self.bytes_sent += nic_bytes
+        self.messages += messages
         end = start
         for out, inn in zip(self.nic_out, self.nic_in):
             e = max(out.reserve(start, busy), inn.reserve(start, busy))
             if e > end:
                 end = e
-        return end + 2 * (n - 1) * self.lat
+        return end + fixed
 
     def utilization(self, horizon_s: float) -> tuple[float, float]:
         """Mean utilisation of the NICs in and out over ``[0, horizon_s]``."""
@@ -165,7 +176,9 @@ class GossipRun:
         self.env = simpy.Environment()
         self._schedule = self.env.schedule
         self.net = Transport(self.env, n, net["latency_s"], net["bandwidth_Bps"],
-                             wl["param_count"] * net["bytes_per_param"])
+                             wl["param_count"] * net["bytes_per_param"], gpus_per_node=cl["gpus_per_node"],
+                             overhead_s=net["overhead_s"], intra_latency_s=net["intra_latency_s"],
+                             intra_bandwidth_Bps=net["intra_bandwidth_Bps"])
         self.clocks = learner_clocks(point, n)
         self.compute_s = 0.0
         self.blocked_s = 0.0
@@ -183,6 +196,16 @@ class GossipRun:
         work = clock.draws.next()
         self.compute_s += work
         return clock.finish(t, work)
+
+    def _gradient_ready(self, ev: Wake) -> tuple[int, float]:
+        """Node ``i`` finished computing (payload ``(i, k, v)``): record the gradient, note it
+        is ready to apply (D-PSGD, AD-PSGD); return ``(i, now)``."""
+        i, k, v = ev.payload
+        now = self.env.now
+        self.gop[i] = self.rec.grad(i, k, v, self.t_start[i], now)
+        self.computed[i] = True
+        self.t_ready[i] = now
+        return i, now
 
     def start(self) -> None:
         raise NotImplementedError
@@ -221,16 +244,55 @@ class GossipRun:
 
 
 class AllReduceRun(GossipRun):
-    """AR-SGD: compute, barrier, ring all-reduce, everyone applies the mean (one event per round)."""
+    """AR-SGD: every node computes; gradient buckets are all-reduced as backward produces them
+    (one event per iteration).
+
+    Compute splits into forward and backward (``backward_fraction``); backward produces the
+    buckets (:func:`.collectives.bucket_sizes`) in proportion to their bytes. The all-reduce of
+    bucket b starts when every node has produced it and bucket b − 1's is done, and lasts
+    :func:`.collectives.allreduce_time`; the iteration ends with the last bucket's, plus the
+    optimizer step (``step_s``). One bucket (``bucket_bytes`` 0, or a model smaller than a
+    bucket): compute, barrier, one all-reduce.
+    """
 
     layout = GLOBAL_SLICE
 
     def start(self) -> None:
+        cl, proto, net = self.point["cluster"], self.point["protocol"], self.point["cluster"]["network"]
+        fabric = collectives.Fabric(self.n, cl["gpus_per_node"], net["latency_s"], net["bandwidth_Bps"],
+                                    net["intra_latency_s"], net["intra_bandwidth_Bps"], net["overhead_s"])
+        algorithm = proto["allreduce_algorithm"]
+        sizes = collectives.bucket_sizes(self.net.message_bytes, proto["bucket_bytes"])
+        self.collectives = [(*collectives.allreduce_parts(fabric, algorithm, b),
+                             collectives.nic_bytes(fabric, algorithm, b), collectives.messages(fabric, algorithm))
+                            for b in sizes]
+        total, cum = sum(sizes), 0.0
+        self.produced: list[float] = []  # share of a minibatch's work done when each bucket is ready
+        bf = cl["compute"]["backward_fraction"]
+        for b in sizes[:-1]:
+            cum += b
+            self.produced.append((1.0 - bf) + bf * cum / total)
+        self.step_s = cl["compute"]["step_s"]
         self._round(0, 0.0)
 
     def _round(self, k: int, t: float) -> None:
-        ready = [self._compute(i, t) for i in range(self.n)]
-        end = self.net.ring_allreduce(max(ready))
+        if not self.produced:  # one bucket, after backward
+            ready = [self._compute(i, t) for i in range(self.n)]
+            bucket_ready = [max(ready)]
+        else:
+            marks = []
+            for clock in self.clocks:
+                work = clock.draws.next()
+                self.compute_s += work
+                marks.append(clock.finish_many(t, [work * f for f in self.produced] + [work]))
+            ready = [m[-1] for m in marks]
+            bucket_ready = [max(col) for col in zip(*marks)]
+        end = t
+        collective = self.net.collective if self.n > 1 else None
+        for (busy, fixed, nbytes, msgs), at in zip(self.collectives, bucket_ready):
+            begin = at if at > end else end
+            end = collective(begin, busy, fixed, nbytes, msgs) if collective else begin
+        end += self.step_s
         self.blocked_s += sum(end - r for r in ready)
         self._later(end, self._done, (k, t, ready))
 
@@ -243,13 +305,27 @@ class AllReduceRun(GossipRun):
 
 
 class DPSGDRun(GossipRun):
-    """D-PSGD: send state to the neighbours while computing; mix with theirs, then step."""
+    """D-PSGD (Lian et al. 2017): ``x_i ← Σ_j W_ij x_j`` with the neighbours of the symmetric
+    graph, and the gradient step. Two schedules (``protocol.overlap``):
+
+    * 0 (default), as facebookresearch/stochastic_gradient_push runs it (blocking gossip, no
+      overlap): compute the gradient at ``x_i``, step, send the stepped state to the
+      neighbours, wait for theirs, mix; the next iteration starts from the mixed state;
+    * 1, as Lian et al. write it: send ``x_i`` to the neighbours while computing the gradient
+      at it; when both are there, mix and step (``x ← Σ_j W_ij x_j − γ g(x_i)``).
+
+    A node sends to its neighbours in order of distance ``(j − i) mod N`` (a symmetric
+    schedule: on a circulant graph every node sends and receives alike).
+    """
 
     def start(self) -> None:
         n, topo, peers = self.n, self.topology, self.peers
         self.phases = topology.period(topology.symmetric_topology(topo), n, peers)
         self.weights = [[mixing.symmetric_weights(topo, i, ph, n, peers) for i in range(n)]
                         for ph in range(self.phases)]
+        self.send_order = [[sorted((j for j, _ in self.weights[ph][i][1]), key=lambda j, i=i: (j - i) % n)
+                            for i in range(n)] for ph in range(self.phases)]
+        self.blocking = self.overlap == 0
         self.iter = [0] * n
         self.t_start = [0.0] * n
         self.t_ready = [0.0] * n
@@ -259,22 +335,25 @@ class DPSGDRun(GossipRun):
         for i in range(n):
             self._begin(i, 0.0)
 
+    def _send_state(self, i: int, k: int, t: float) -> None:
+        v, send = self.version[i], self.net.send
+        for j in self.send_order[k % self.phases][i]:
+            send(i, j, self._arrive, (j, k, i, v, t))
+
     def _begin(self, i: int, t: float) -> None:
         k = self.iter[i]
         v = self.version[i]
         self.t_start[i] = t
         self.computed[i] = False
-        send = self.net.send
-        for j, _ in self.weights[k % self.phases][i][1]:
-            send(i, j, self._arrive, (j, k, i, v, t))
+        if not self.blocking:
+            self._send_state(i, k, t)
         self._later(self._compute(i, t), self._computed, (i, k, v))
 
     def _computed(self, ev: Wake) -> None:
-        i, k, v = ev.payload
-        now = self.env.now
-        self.gop[i] = self.rec.grad(i, k, v, self.t_start[i], now)
-        self.computed[i] = True
-        self.t_ready[i] = now
+        i, now = self._gradient_ready(ev)
+        if self.blocking:  # step first, then gossip the stepped state
+            self.rec.apply(i, self.gop[i], 0, now)
+            self._send_state(i, self.iter[i], now)
         self._try_finish(i, now)
 
     def _arrive(self, ev: Wake) -> None:
@@ -295,7 +374,8 @@ class DPSGDRun(GossipRun):
             v, t_sent = got[j]
             self.rec.mix(i, j, v, wij, self_w if first else 1.0, t_sent, now)
             first = False
-        self.rec.apply(i, self.gop[i], 0, now)
+        if not self.blocking:
+            self.rec.apply(i, self.gop[i], 0, now)
         self.blocked_s += now - self.t_ready[i]
         self.iter[i] = k + 1
         if k + 1 < self.K:
@@ -350,11 +430,7 @@ class ADPSGDRun(GossipRun):
             self._finish(i, now)
 
     def _computed(self, ev: Wake) -> None:
-        i, k, v = ev.payload
-        now = self.env.now
-        self.gop[i] = self.rec.grad(i, k, v, self.t_start[i], now)
-        self.computed[i] = True
-        self.t_ready[i] = now
+        i, now = self._gradient_ready(ev)
         if self.averaged[i]:
             self._finish(i, now)
 

@@ -28,6 +28,7 @@ import simpy
 from simpy.core import NORMAL
 
 from . import seeds
+from .collectives import bucket_sizes
 from .compute import DrawStream, learner_clocks, sampler
 from .events import Wake, at
 from .protocols.ps import PSCore
@@ -47,10 +48,26 @@ class PSRun:
         self.mu = core.mu
         net, srv = cl["network"], cl["server"]
         self.S = srv["shards"]
-        self.lat = net["latency_s"]
-        shard_bytes = wl["param_count"] * net["bytes_per_param"] / self.S
+        self.lat = net["latency_s"] + net["overhead_s"]
+        nbytes = wl["param_count"] * net["bytes_per_param"]
+        shard_bytes = nbytes / self.S
         bw = net["bandwidth_Bps"]
         self.tx = 0.0 if math.isinf(bw) else shard_bytes / bw
+        # learners sharing a node share its NIC (a message crosses it and the server's NIC)
+        self.g = cl["gpus_per_node"]
+        self.node_tx = 0.0 if math.isinf(bw) else nbytes / bw
+        self.node_out = [FifoServer(f"node{n}.out") for n in range(lam // self.g)]
+        self.node_in = [FifoServer(f"node{n}.in") for n in range(lam // self.g)]
+        # gradient buckets pushed as backward produces them (not through aggregators)
+        sizes = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) if srv["group_size"] == 1 else [nbytes]
+        bf, cum = cl["compute"]["backward_fraction"], 0.0
+        self.produced: list[float] = []  # share of a minibatch's work done when bucket b is ready
+        for b in sizes[:-1]:
+            cum += b
+            self.produced.append((1.0 - bf) + bf * cum / nbytes)
+        self.bucket_share = [b / nbytes for b in sizes]
+        self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
+        self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
         self.link_out = [FifoServer(f"server{s}.out") for s in range(self.S)]
         self.queue = [FifoServer(f"server{s}.apply") for s in range(self.S)]
@@ -69,13 +86,19 @@ class PSRun:
 
     # -- learner side ---------------------------------------------------------------------
     def _pull(self, i: int, now: float) -> None:
-        """Learner ``i`` receives the current weights (sent ``now``) and starts computing."""
+        """Learner ``i`` receives the current weights (sent ``now``) and starts computing.
+
+        A message crossing two links (the server's NIC, then the node's NIC shared by
+        ``gpus_per_node`` learners) is modelled cut-through: both are reserved when it is
+        sent, and it arrives when the later one is done, plus the latency."""
         tx, lat = self.tx, self.lat
         if self.S == 1:
-            arrive = self.link_out[0].reserve(now, tx) + lat
+            done = self.link_out[0].reserve(now, tx)
         else:
-            arrive = max(link.reserve(now, tx) for link in self.link_out) + lat
-        self._start(i, arrive, self.core.version, now)
+            done = max(link.reserve(now, tx) for link in self.link_out)
+        if self.g > 1:
+            done = max(done, self.node_in[i // self.g].reserve(now, self.node_tx))
+        self._start(i, done + lat, self.core.version, now)
 
     def _start(self, i: int, t: float, j: int, now: float) -> None:
         k = self.core.assign(i)
@@ -88,16 +111,39 @@ class PSRun:
         clock = self.clocks[i]
         work = clock.draws.next()
         self.compute_s += work
-        delay = clock.finish(t, work) - now
+        if self.produced:  # backward produces the buckets one by one: each is pushed when ready
+            marks = clock.finish_many(t, [work * f for f in self.produced] + [work])
+            self.bucket_done[i] = 0.0
+            self.bucket_apply[i] = [self.apply_draw.next() for _ in range(self.S)]
+            for b, m in enumerate(marks[:-1]):
+                delay = m - now if m > now else 0.0
+                self._schedule(Wake(self._bucket, (i, b, now + delay)), NORMAL, delay)
+            end = marks[-1]
+        else:
+            end = clock.finish(t, work)
+        delay = end - now
         if delay < 0:
             delay = 0.0
         self._schedule(Wake(self._send, (i, j, k, t, now + delay)), NORMAL, delay)
+
+    def _bucket(self, ev: Wake) -> None:
+        i, b, now = ev.payload
+        share = self.bucket_share[b]
+        self._deliver(now, i, share, [a * share for a in self.bucket_apply[i]], None)
+
+    def _bucket_done(self, i: int, done: float) -> None:
+        if done > self.bucket_done[i]:
+            self.bucket_done[i] = done
 
     def _send(self, ev: Wake) -> None:
         i, j, k, t0, now = ev.payload
         item = (i, self.core.gradient(i, j, k, t0, now), j, self.mu)
         if self.group == 1:
-            self._push(now, item, self._processed_one)
+            if self.produced:  # the last bucket; the push is processed when every bucket is
+                share = self.bucket_share[-1]
+                self._deliver(now, i, share, [a * share for a in self.bucket_apply[i]], item)
+            else:
+                self._push(now, item, self._processed_one)
             return
         a = i // self.group
         arrive = self.agg_links[a].reserve(now, self.tx * self.S) + self.lat
@@ -123,11 +169,48 @@ class PSRun:
         """Send a push (one gradient or one aggregated message) to every shard ``now``;
         ``processed(wake)`` runs when the server has processed it (payload: item, time)."""
         tx, lat, draw = self.tx, self.lat, self.apply_draw
+        if self.g > 1 and processed == self._processed_one:
+            self._deliver(now, item[0], 1.0, [draw.next() for _ in range(self.S)], item)
+            return
         if self.S == 1:
             done = self.queue[0].reserve(self.link_in[0].reserve(now, tx) + lat, draw.next())
         else:
             done = max(q.reserve(link.reserve(now, tx) + lat, draw.next())
                        for q, link in zip(self.queue, self.link_in))
+        self._processed_at(done, now, item, processed)
+
+    def _deliver(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
+        """Learner ``i`` sends ``share`` of its gradient to every shard ``now`` (``apply_s[s]``
+        seconds of apply each): through its node's NIC first when it shares one (the server's
+        NICs are reserved when it starts leaving the node, an event). ``item``: the push it
+        completes (the last bucket), or None (an earlier bucket)."""
+        if self.g == 1:
+            self._at_server(now, i, share, apply_s, item)
+            return
+        tx = self.node_tx * share
+        leave = self.node_out[i // self.g].reserve(now, tx) - tx
+        delay = leave - now if leave > now else 0.0
+        self._schedule(Wake(self._leave_node, (i, share, apply_s, item, now + delay)), NORMAL, delay)
+
+    def _leave_node(self, ev: Wake) -> None:
+        i, share, apply_s, item, now = ev.payload
+        self._at_server(now, i, share, apply_s, item)
+
+    def _at_server(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
+        tx, lat = self.tx * share, self.lat
+        done = 0.0
+        for q, link, a in zip(self.queue, self.link_in, apply_s):
+            e = q.reserve(link.reserve(now, tx) + lat, a)
+            if e > done:
+                done = e
+        if item is None:
+            self._bucket_done(i, done)
+            return
+        if done < self.bucket_done[i]:  # processed when every bucket is
+            done = self.bucket_done[i]
+        self._processed_at(done, now, item, self._processed_one)
+
+    def _processed_at(self, done: float, now: float, item: Any, processed: Callable[[Wake], None]) -> None:
         delay = done - now
         if delay < 0:
             delay = 0.0

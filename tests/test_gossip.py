@@ -370,7 +370,7 @@ def test_dpsgd_overlaps_the_exchange_with_compute(base: float, comm_bound: bool)
     # Truth: Lian et al. 2017 — D-PSGD's neighbour exchange of x_k runs in parallel with the
     # gradient on x_k, so an iteration lasts max(compute, latency + M/bandwidth) on pairs.
     lat, M, bw = 1e-4, 4e6, 1e9
-    r = simulate(point("dpsgd", 8, base=base, **DET))
+    r = simulate(point("dpsgd", 8, base=base, overlap=1, **DET))
     expect = max(base, lat + M / bw)
     assert r.summary["sim_time_s"] / r.summary["iterations"] == pytest.approx(expect, rel=1e-9)
     assert (r.summary["blocked_mean_s"] > 0) == comm_bound

@@ -203,10 +203,10 @@ def test_torchrun_worker_runs_a_point_that_replay_reproduces(tmp_path) -> None:
     assert bad.returncode != 0 and "WORLD_SIZE = 2, but this point needs 3 processes" in bad.stderr
 
 
-@pytest.mark.parametrize("protocol", ["allreduce", "sgp", "dpsgd"])
-def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str) -> None:
+@pytest.mark.parametrize("protocol,overlap", [("allreduce", 0), ("sgp", 0), ("dpsgd", 0), ("dpsgd", 1)])
+def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str, overlap: int) -> None:
     # Truth: every node's live de-biased weights x_i / w_i; replay sees only the merged trace.
-    p = point(protocol, learners=4, mb=8)
+    p = point(protocol, learners=4, mb=8, protocol__overlap=overlap)
     r = live(p)
     torch.set_num_threads(1)
     rep = Replayer(r.trace, build_model(p), load_data(p), Optimizer(p["optimizer"], 0.0), batched=False)
@@ -220,15 +220,17 @@ def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str
         ops = r.trace.ops
         for i in range(4):
             mine = np.flatnonzero(ops["node"] == i)
-            rows, row = [], {}
+            rows, row = [], None
             for op in mine:
-                if ops["kind"][op] == 2:  # mix
+                if ops["kind"][op] == 0:  # grad: an iteration starts (blocking: grad, apply, mixes)
+                    if row is not None:
+                        rows.append(row)
+                    row = {}
+                elif ops["kind"][op] == 2:  # mix
                     if not row:
                         row[i] = float(ops["self_coef"][op])
                     row[int(ops["src_node"][op])] = float(ops["coef"][op])
-                elif ops["kind"][op] == 1:  # apply: the iteration ends
-                    rows.append(row)
-                    row = {}
+            rows.append(row)
             assert len(rows) == r.trace.header["iterations"]
             for k, row in enumerate(rows):
                 W = symmetric_matrix(p["protocol"]["topology"], k, 4, p["protocol"]["peers"])

@@ -1,0 +1,148 @@
+"""The hardware catalogue (``hardware.toml``): GPUs, links and networks with published figures.
+
+* ``cluster.gpu = "v100"`` (with ``cluster.precision``) sets ``cluster.compute`` to the GPU's
+  published throughput for the point's model (``per_sample_s = 1 / throughput``, ``base_s
+  = 0``, deterministic) and the intra-node link to the GPU's (``intra_bandwidth_Bps``,
+  ``intra_latency_s``);
+* ``cluster.network.preset = "ib-edr"`` sets ``latency_s``, ``bandwidth_Bps`` and
+  ``overhead_s``.
+
+A key the scenario sets itself (in the file, a sweep or ``--set``) wins over a preset.
+``ddlsim hardware`` lists the catalogue; ``python -m ddlsim.scenarios.hardware`` prints
+docs/hardware.md's tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .schema import ScenarioError, set_dotted
+
+CATALOGUE_FILE = Path(__file__).resolve().parent / "hardware.toml"
+PRECISIONS = ("fp32", "mixed")
+
+
+@functools.lru_cache(maxsize=1)
+def catalogue() -> dict[str, Any]:
+    """The parsed catalogue (``gpu``, ``intra``, ``network``, ``sources`` tables)."""
+    return tomllib.loads(CATALOGUE_FILE.read_text(encoding="utf-8"))
+
+
+def gpu_throughput(gpu: str, precision: str, model: str) -> dict[str, Any] | None:
+    """The catalogue's entry ``{per_s, batch, source}`` for one GPU of ``gpu`` training
+    ``model`` in ``precision``, or None when no published figure is catalogued."""
+    return catalogue()["gpu"].get(gpu, {}).get(precision, {}).get(model)
+
+
+def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, label: str = "") -> None:
+    """Fill the point's compute and network keys from its presets, in place (module doc);
+    an unknown preset or a model without a published figure is one :class:`ScenarioError`."""
+    cat = catalogue()
+    cl = point["cluster"]
+
+    def fill(key: str, value: Any) -> None:
+        if key not in explicit:
+            set_dotted(point, key, value)
+
+    gpu = cl["gpu"]
+    if gpu is not None:
+        if gpu not in cat["gpu"]:
+            raise ScenarioError(f"{where}: key 'cluster.gpu' = {gpu!r}{label}: not in the hardware catalogue "
+                                f"(one of {', '.join(cat['gpu'])}; `ddlsim hardware` lists them)")
+        model, precision = point["workload"]["model"], cl["precision"]
+        entry = gpu_throughput(gpu, precision, model)
+        compute_keys = ("cluster.compute.base_s", "cluster.compute.per_sample_s")
+        if entry is None and not all(k in explicit for k in compute_keys):
+            have = sorted(cat["gpu"][gpu].get(precision, {}))
+            raise ScenarioError(
+                f"{where}: key 'cluster.gpu' = {gpu!r}{label}: no published {precision} throughput for model {model!r} "
+                f"in the hardware catalogue (it has: {', '.join(have) or 'none'}); set cluster.compute.base_s "
+                "and cluster.compute.per_sample_s yourself")
+        if entry is not None:
+            fill("cluster.compute.base_s", 0.0)
+            fill("cluster.compute.per_sample_s", 1.0 / entry["per_s"])
+            fill("cluster.compute.distribution", "deterministic")
+        link = cat["intra"][cat["gpu"][gpu]["intra"]]
+        fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
+        fill("cluster.network.intra_latency_s", float(link["latency_s"]))
+    preset = cl["network"]["preset"]
+    if preset is not None:
+        if preset not in cat["network"]:
+            raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware catalogue "
+                                f"(one of {', '.join(cat['network'])})")
+        net = cat["network"][preset]
+        for key in ("latency_s", "bandwidth_Bps", "overhead_s"):
+            fill(f"cluster.network.{key}", float(net[key]))
+
+
+def listing() -> str:
+    """The catalogue in a few lines per section (``ddlsim hardware``)."""
+    cat = catalogue()
+    lines = ["GPUs (cluster.gpu; images or sequences per second on one GPU, cluster.precision fp32 | mixed):"]
+    for key, g in cat["gpu"].items():
+        figures = [f"{p} {m} {e['per_s']:g}" for p in PRECISIONS for m, e in g.get(p, {}).items()]
+        lines.append(f"  {key:8s} {g['name']}; intra-node {g['intra']}")
+        lines.append(f"           {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
+    lines.append("Networks (cluster.network.preset):")
+    for key, n in cat["network"].items():
+        lines.append(f"  {key:12s} {n['bandwidth_Bps'] / 1e9:7.3g} GB/s  latency {n['latency_s'] * 1e6:5.3g} µs  "
+                     f"overhead {n['overhead_s'] * 1e6:5.3g} µs  {n['name']}")
+    lines.append("Intra-node links (set by cluster.gpu):")
+    for key, n in cat["intra"].items():
+        lines.append(f"  {key:12s} {n['bandwidth_Bps'] / 1e9:7.3g} GB/s  latency {n['latency_s'] * 1e6:5.3g} µs  "
+                     f"{n['name']}")
+    lines.append("Sources: docs/hardware.md")
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    """docs/hardware.md's tables, every figure with its source."""
+    cat = catalogue()
+    out = ["| GPU | precision | model | per second | batch | source |", "|---|---|---|---|---|---|"]
+    for key, g in cat["gpu"].items():
+        rows = [(p, m, e) for p in PRECISIONS for m, e in g.get(p, {}).items()]
+        if not rows:
+            out.append(f"| {key} ({g['name']}) | | | none catalogued | | |")
+        for p, m, e in rows:
+            out.append(f"| {key} ({g['name']}) | {p} | {m} | {e['per_s']:g} | {e['batch']} | [{e['source']}](#sources) |")
+    out += ["", "| link | bandwidth (B/s, per direction) | latency (s) | overhead (s) | name | source |",
+            "|---|---|---|---|---|---|"]
+    for table in ("intra", "network"):
+        for key, n in cat[table].items():
+            out.append(f"| `{key}` ({table}) | {n['bandwidth_Bps']:g} | {n['latency_s']:g} | "
+                       f"{n.get('overhead_s', 0.0):g} | {n['name']} | {n['source']} |")
+    out += ["", "### Sources", ""]
+    out += [f"* **{key}**: {text}" for key, text in cat["sources"].items()]
+    return "\n".join(out) + "\n"
+
+
+def check_catalogue() -> list[str]:
+    """Problems of the catalogue file (every figure needs a known source; every GPU a link)."""
+    cat = catalogue()
+    problems = []
+    for key, g in cat["gpu"].items():
+        if g.get("intra") not in cat["intra"]:
+            problems.append(f"gpu {key}: unknown intra link {g.get('intra')!r}")
+        for p in PRECISIONS:
+            for m, e in g.get(p, {}).items():
+                if e.get("source") not in cat["sources"]:
+                    problems.append(f"gpu {key} {p} {m}: unknown source {e.get('source')!r}")
+                if not e.get("per_s", 0) > 0:
+                    problems.append(f"gpu {key} {p} {m}: per_s must be > 0")
+    for table in ("intra", "network"):
+        for key, n in cat[table].items():
+            cited = [s.strip() for s in str(n.get("source", "")).split(";")]
+            if not any(c in cat["sources"] or c.split(" (")[-1].rstrip(")") in cat["sources"] or
+                       any(k in c for k in cat["sources"]) for c in cited):
+                problems.append(f"{table} {key}: no known source in {n.get('source')!r}")
+    return problems
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
+
+
+__all__ = ["catalogue", "apply_presets", "gpu_throughput", "listing", "markdown", "check_catalogue"]
