@@ -60,6 +60,33 @@ def main() -> None:
         wall, grads = bench(proto, 30, 140 * scale, n)
         print(f"Rudra CIFAR10 scale {proto:8s} λ=30 μ=4: {grads:,} gradients in {wall:.2f} s wall "
               f"({grads / wall:,.0f}/s; target < 15 s for 1.75M)")
+    wall, iters = ddp_epoch()
+    print(f"ResNet-50 epoch, 32 nodes × 8 V100, DDP 25 MB buckets over 4×EDR: {iters} iterations in "
+          f"{wall:.2f} s wall (target < 5 s)")
+
+
+DDP = """
+[workload]
+dataset = "imagenet"
+model = "resnet50"
+epochs = 1
+[cluster]
+learners = 256
+gpus_per_node = 8
+minibatch = 32
+gpu = "v100"
+[cluster.network]
+preset = "ib-edr-x4"
+[protocol]
+name = "allreduce"
+"""
+
+
+def ddp_epoch() -> tuple[float, int]:
+    point = load_text(DDP).points()[0]
+    t0 = time.perf_counter()
+    result = simulate(point)
+    return time.perf_counter() - t0, int(result.summary["iterations"])
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ rounds (iterations of all 32 nodes) per wall-clock second, then the wall time of
 full 90-epoch run (14,076 iterations per node, about 1.8M trace ops) with the trace built.
 
 ``--table``: simulate the 32-node points of ``sgp-resnet50-10gbe`` and
-``sgp-resnet50-infiniband`` for 90 epochs (AR-SGD, D-PSGD, SGP, and SGP with overlap
-τ = 1) and print the Markdown table of docs/decentralized.md, plus what-if rows.
+``sgp-resnet50-infiniband`` for 90 epochs (AR-SGD, D-PSGD blocking and overlapped, SGP,
+and SGP with overlap τ = 1) and print the Markdown tables of docs/decentralized.md.
 
 Run: ``python benchmarks/simulator_gossip.py [--quick] [--table]``.
 """
@@ -36,16 +36,18 @@ def bench(epochs: float, nodes: int = 32) -> tuple[float, dict, int]:
     return time.perf_counter() - t0, result.summary, result.trace.n_ops
 
 
+ROWS = [("allreduce", "AR-SGD", []), ("dpsgd", "D-PSGD (blocking)", []),
+        ("dpsgd", "D-PSGD overlapped", ["protocol.overlap=1"]), ("sgp", "SGP", []),
+        ("sgp", "SGP τ=1", ["protocol.overlap=1"])]
+NETWORKS = (("sgp-resnet50-10gbe", "10 GbE"), ("sgp-resnet50-infiniband", "InfiniBand"))
+
+
 def table() -> None:
-    rows = [
-        ("allreduce", "AR-SGD", []), ("dpsgd", "D-PSGD", []), ("sgp", "SGP", []),
-        ("sgp", "SGP τ=1", ["protocol.overlap=1"]),
-    ]
     print("| network | protocol | predicted 90 epochs (h) | s / iteration | blocked s / iter "
           "| MB sent / node / iter | wall s |")
     print("|---|---|---|---|---|---|---|")
-    for scen, label in (("sgp-resnet50-10gbe", "10 GbE"), ("sgp-resnet50-infiniband", "InfiniBand")):
-        for proto, name, extra in rows:
+    for scen, label in NETWORKS:
+        for proto, name, extra in ROWS:
             point = scenario_point(scen, f"protocol.name=\"{proto}\"", "cluster.learners=32", *extra)
             t0 = time.perf_counter()
             s = simulate(point).summary
@@ -57,27 +59,14 @@ def table() -> None:
     print("Seconds per iteration by node count (1 epoch; the iteration time is stationary)")
     print("| network | protocol | N = 4 | N = 8 | N = 16 | N = 32 |")
     print("|---|---|---|---|---|---|")
-    for scen, label in (("sgp-resnet50-10gbe", "10 GbE"), ("sgp-resnet50-infiniband", "InfiniBand")):
-        for proto, name, extra in rows:
+    for scen, label in NETWORKS:
+        for proto, name, extra in ROWS:
             its = []
             for n in (4, 8, 16, 32):
                 point = scenario_point(scen, f"protocol.name=\"{proto}\"", f"cluster.learners={n}",
                                        "workload.epochs=1", *extra)
                 its.append(simulate(point).summary["iteration_time_s"])
             print(f"| {label} | {name} | " + " | ".join(f"{x:.3f}" for x in its) + " |", flush=True)
-    print()
-    print("What-if (10 GbE, 32 nodes, 9 epochs scaled ×10): what AR-SGD needs to take the paper's > 5 h")
-    print("| change | AR-SGD (h) | SGP (h) | SGP τ=1 (h) |")
-    print("|---|---|---|---|")
-    for label, sets in (("as bundled", []),
-                        ("effective bandwidth 2 Gbit/s (2.5e8 B/s)", ["cluster.network.bandwidth_Bps=2.5e8"]),
-                        ("latency 13 ms per message", ["cluster.network.latency_s=0.013"])):
-        hours = []
-        for proto, extra in (("allreduce", []), ("sgp", []), ("sgp", ["protocol.overlap=1"])):
-            point = scenario_point("sgp-resnet50-10gbe", f"protocol.name=\"{proto}\"", "cluster.learners=32",
-                                   "workload.epochs=9", *sets, *extra)
-            hours.append(10 * simulate(point).summary["sim_time_s"] / 3600)
-        print(f"| {label} | " + " | ".join(f"{h:.2f}" for h in hours) + " |", flush=True)
 
 
 def main() -> None:
