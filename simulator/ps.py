@@ -68,6 +68,8 @@ class PSRun:
         self.bucket_share = [b / nbytes for b in sizes]
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
+        # a learner's own gradient goes straight to the server (not in buckets, nor through a shared NIC)
+        self.plain = not (self.produced or self.g > 1)
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
         self.link_out = [FifoServer(f"server{s}.out") for s in range(self.S)]
         self.queue = [FifoServer(f"server{s}.apply") for s in range(self.S)]
@@ -139,11 +141,10 @@ class PSRun:
         i, j, k, t0, now = ev.payload
         item = (i, self.core.gradient(i, j, k, t0, now), j, self.mu)
         if self.group == 1:
-            if self.produced:  # the last bucket; the push is processed when every bucket is
-                share = self.bucket_share[-1]
-                self._deliver(now, i, share, [a * share for a in self.bucket_apply[i]], item)
-            else:
+            if self.plain:
                 self._push(now, item, self._processed_one)
+            else:
+                self._push_shared(now, item)
             return
         a = i // self.group
         arrive = self.agg_links[a].reserve(now, self.tx * self.S) + self.lat
@@ -165,19 +166,27 @@ class PSRun:
     def _forward(self, ev: Wake) -> None:
         self._push(self.env.now, ev.payload, self._processed_many)
 
+    def _push_shared(self, now: float, item: Any) -> None:
+        """A learner's gradient leaves ``now`` through its node's NIC, or as its last bucket."""
+        if self.produced:  # the last bucket; the push is processed when every bucket is
+            share = self.bucket_share[-1]
+            self._deliver(now, item[0], share, [a * share for a in self.bucket_apply[item[0]]], item)
+        else:
+            self._deliver(now, item[0], 1.0, [self.apply_draw.next() for _ in range(self.S)], item)
+
     def _push(self, now: float, item: Any, processed: Callable[[Wake], None]) -> None:
         """Send a push (one gradient or one aggregated message) to every shard ``now``;
         ``processed(wake)`` runs when the server has processed it (payload: item, time)."""
         tx, lat, draw = self.tx, self.lat, self.apply_draw
-        if self.g > 1 and processed == self._processed_one:
-            self._deliver(now, item[0], 1.0, [draw.next() for _ in range(self.S)], item)
-            return
         if self.S == 1:
             done = self.queue[0].reserve(self.link_in[0].reserve(now, tx) + lat, draw.next())
         else:
             done = max(q.reserve(link.reserve(now, tx) + lat, draw.next())
                        for q, link in zip(self.queue, self.link_in))
-        self._processed_at(done, now, item, processed)
+        delay = done - now
+        if delay < 0:
+            delay = 0.0
+        self._schedule(Wake(processed, (item, now + delay)), NORMAL, delay)
 
     def _deliver(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
         """Learner ``i`` sends ``share`` of its gradient to every shard ``now`` (``apply_s[s]``
