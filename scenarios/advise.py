@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.table import labels
-from ..simulator import trace as trace_io
 from ..simulator.files import atomic_write
 from .advise_explain import secs
 from .advise_model import EPS, Advice, Candidate, is_number
@@ -67,13 +66,6 @@ def check_goal(budget_s: float | None, target_error: float | None, replay: int =
         raise ScenarioError(f"--jobs = {jobs}: must be ≥ 1")
 
 
-def _eval_schedule(out: Path, run_id: str) -> list[tuple[float, float]]:
-    tr = trace_io.read(out / "runs" / run_id / "trace.ddlt")
-    ev = tr.ops["kind"] == trace_io.EVAL
-    pairs = sorted(zip(tr.ops["t_end"][ev].tolist(), tr.ops["epoch"][ev].tolist()))
-    return [(float(t), float(e)) for t, e in pairs]
-
-
 def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = None,
            target_error: float | None = None, replay: int = 4, jobs: int | None = None,
            resume: bool = False, progress: bool = False,
@@ -96,7 +88,7 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
         if row.get("error"):
             c.status, c.note = "failed", f"simulation failed: {row['error']}"
         else:
-            c.evals = _eval_schedule(out, c.run_id)
+            c.evals = sorted((float(t), float(e)) for t, e in rec.get("evals", []))
         cands.append(c)
 
     # equivalent points: replayed once

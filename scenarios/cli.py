@@ -29,7 +29,7 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
                    "batched": not args.no_batch, "stacked": args.stacked}
     records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
-                        resume=args.resume, progress=not args.quiet,
+                        resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
     table = RUN_TABLE if backend else SIM_TABLE
     swept = [(k, k.split(".")[-1]) for k, _ in scenario.axes

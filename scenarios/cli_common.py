@@ -129,6 +129,11 @@ def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results
     p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
     p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--engine", choices=("auto", "simpy", "fast"), default="auto",
+                   help="simulator engine: fast (byte-identical, parameter-server protocols on one NIC per "
+                        "learner), simpy (the reference) or auto (fast where it applies; default)")
+    p.add_argument("--traces", action="store_true",
+                   help="also write each run's trace.ddlt (runs sharing a simulation share the file)")
     if executors:
         p.add_argument("--executor", choices=("local", "dask"), default="local")
         p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask)")

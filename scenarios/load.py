@@ -26,7 +26,7 @@ from typing import Any
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.collectives import default_algorithm
 from ..simulator.compute import ProfileError, load_profile
-from ..simulator.protocols import spec_of
+from ..simulator.protocols import sim_id, spec_of
 from ..simulator.trace import SCHEMA_VERSION
 from .hardware import apply_presets
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
@@ -264,6 +264,12 @@ def point_hash(point: dict[str, Any]) -> str:
     clean = {k: v for k, v in point.items() if not k.startswith("_")}
     blob = json.dumps({"v": SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def simulation_key(point: dict[str, Any]) -> str:
+    """Points with the same key give the same simulation (the simulator ignores the optimizer,
+    the backend, the live keys, the target error and the names)."""
+    return sim_id(point)
 
 
 def run_id(point: dict[str, Any]) -> str:

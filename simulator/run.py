@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import fast_ps
 from .gossip import simulate_gossip
 from .protocols import header_for, is_ps
 from .ps import PSRun
@@ -27,8 +28,23 @@ def simulate_ps(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     return builder.build(header_for(point, 1, engine.core.layout)), engine.stats()
 
 
-def simulate(point: dict[str, Any]) -> SimResult:
-    """Run the simulator for a validated scenario point."""
-    trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
+ENGINES = ("auto", "simpy", "fast")
+
+
+def simulate(point: dict[str, Any], engine: str = "auto") -> SimResult:
+    """Run the simulator for a validated scenario point.
+
+    ``engine``: "simpy" (the reference model), "fast" (:mod:`.fast_ps`, byte-identical, for
+    the configurations it covers; an error otherwise) or "auto" (fast when it covers the point).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
+    reason = fast_ps.covers(point) if engine != "simpy" else "simpy requested"
+    if engine == "fast" and reason is not None:
+        raise ValueError(f"engine 'fast' does not cover this point: {reason} (use --engine auto or simpy)")
+    if reason is None:
+        trace, summary = fast_ps.simulate_ps_fast(point)
+    else:
+        trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
     summary.update(staleness_stats(trace.inputs["staleness"]))
     return SimResult(trace, summary)

@@ -39,7 +39,7 @@ def test_simulate_writes_summary_traces_and_table(tmp_path: Path, capsys: pytest
                                                   jobs: str) -> None:
     (tmp_path / "s.toml").write_text(SCENARIO)
     out = tmp_path / "out"
-    assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--jobs", jobs]) == 0
+    assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--jobs", jobs, "--traces"]) == 0
     rows = read_csv(out / "summary.csv")
     assert len(rows) == 4
     assert list(rows[0])[:5] == DESIGN_SUMMARY[:5]
@@ -48,7 +48,7 @@ def test_simulate_writes_summary_traces_and_table(tmp_path: Path, capsys: pytest
         ("hardsync", "4"), ("hardsync", "8"), ("async", "4"), ("async", "8")]
     for r in rows:
         tr = T.read(out / "runs" / r["run_id"] / "trace.ddlt")
-        assert tr.header["run_id"] == r["run_id"]
+        assert tr.header["run_id"] == r["sim_id"]
         assert int(r["gradients"]) == int((tr.ops["kind"] == T.GRAD).sum())
         assert (out / "runs" / r["run_id"] / "staleness.csv").exists()
     assert rows[0]["staleness_max"] == "0.0" and rows[2]["softsync_n"] == "4"
@@ -59,7 +59,7 @@ def test_simulate_writes_summary_traces_and_table(tmp_path: Path, capsys: pytest
 def test_same_scenario_same_summary_numbers(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(SCENARIO)
     for d in ("a", "b"):
-        assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / d), "--quiet"]) == 0
+        assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / d), "--quiet", "--traces"]) == 0
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
     assert strip(read_csv(tmp_path / "a/summary.csv")) == strip(read_csv(tmp_path / "b/summary.csv"))
     for r in read_csv(tmp_path / "a/summary.csv"):
@@ -69,7 +69,7 @@ def test_same_scenario_same_summary_numbers(tmp_path: Path) -> None:
 
 def test_trace_command_reads_and_refuses(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "s.toml").write_text(SCENARIO)
-    main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--quiet"])
+    main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--quiet", "--traces"])
     trace = next((tmp_path / "o" / "runs").glob("*/trace.ddlt"))
     assert main(["trace", str(trace)]) == 0
     assert "grad=" in capsys.readouterr().out

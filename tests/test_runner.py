@@ -65,10 +65,10 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path: Path,
 
     real = simrun.simulate
 
-    def flaky(point):
+    def flaky(point, engine="auto"):
         if point["cluster"]["learners"] == 6:
             raise RuntimeError("injected failure\nsecond line")
-        return real(point)
+        return real(point, engine)
 
     monkeypatch.setattr(simrun, "simulate", flaky)
     scenario = load_text(SWEEP.format(epochs=1))
@@ -87,8 +87,8 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path: Path,
 def test_dask_executor_gives_the_same_rows_as_local_processes(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     scenario = load_text(SWEEP.format(epochs=1).replace("[2, 4, 6, 8, 10, 12]", "[2, 4]"))
-    runner.run_sweep(scenario, tmp_path / "local", jobs=2, progress=False)
-    runner.run_sweep(scenario, tmp_path / "dask", jobs=2, progress=False, executor="dask")
+    runner.run_sweep(scenario, tmp_path / "local", jobs=2, progress=False, traces=True)
+    runner.run_sweep(scenario, tmp_path / "dask", jobs=2, progress=False, executor="dask", traces=True)
     assert rows(tmp_path / "local") == rows(tmp_path / "dask")
     for r in rows(tmp_path / "local"):
         t = f"runs/{r['run_id']}/trace.ddlt"
@@ -113,3 +113,37 @@ def test_sigterm_stops_a_parallel_sweep_promptly_and_keeps_what_finished(tmp_pat
     assert b"interrupted; completed runs are kept" in err
     done = {p.parent.name for p in out.glob("runs/*/result.json")}
     assert {r["run_id"] for r in rows(out)} == done and len(done) < 12
+
+
+def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # truth: the demo's 6 points are 3 simulations (the learning-rate policy is not simulated)
+    # and 5 replays (hardsync has σ = 0: per_gradient is its constant policy); rows stay 6
+    import ddlsim.simulator.run as simrun
+    from ddlsim.backends.replay import ReplayBackend
+    from ddlsim.scenarios.cli_common import resolve_scenario
+    from ddlsim.scenarios.load import load
+
+    sims, replays = [], []
+    real_sim, real_run = simrun.simulate, ReplayBackend.run
+    monkeypatch.setattr(simrun, "simulate", lambda p, engine="auto": (sims.append(p["_id"]), real_sim(p, engine))[1])
+    monkeypatch.setattr(ReplayBackend, "run", lambda self, t, p, o=None: (replays.append(p["_id"]),
+                                                                           real_run(self, t, p, o))[1])
+    scenario = load(resolve_scenario("demo"), ["workload.epochs=1"])
+    records = runner.run_sweep(scenario, tmp_path, backend="replay", options={"device": "cpu"}, jobs=1,
+                               progress=False, traces=True)
+    assert len(records) == 6 and len(sims) == 3 and len(replays) == 5
+    by = {(r["row"]["protocol"], r["row"]["optimizer.lr_policy"]): r for r in records}
+    assert by[("hardsync", "constant")]["curves"][-1]["test_error"] == \
+        by[("hardsync", "per_gradient")]["curves"][-1]["test_error"]
+    assert len({r["row"]["sim_id"] for r in records}) == 3
+    # the two points of a simulation share one trace file (hard links), both readable
+    a, b = (tmp_path / "runs" / by[("async", k)]["row"]["run_id"] / "trace.ddlt" for k in ("constant", "per_gradient"))
+    assert a.stat().st_ino == b.stat().st_ino and a.read_bytes() == b.read_bytes()
+
+
+def test_no_trace_files_unless_asked(tmp_path: Path) -> None:
+    scenario = load_text(SWEEP.format(epochs=1).replace("[2, 4, 6, 8, 10, 12]", "[2, 4]"))
+    records = runner.run_sweep(scenario, tmp_path, jobs=1, progress=False)
+    assert records and not list(tmp_path.glob("runs/*/trace.ddlt"))
+    assert all((tmp_path / "runs" / r["row"]["run_id"] / "staleness.csv").is_file() for r in records)
+    assert all(r["evals"] and r["evals"][0] == [0.0, 0.0] for r in records)

@@ -13,10 +13,10 @@ from .cadence import EvalCadence
 from .catalog import (GOSSIP, GOSSIP_PROTOCOLS, PROTOCOLS, PS, PS_PROTOCOLS, SPECS, ProtocolSpec, is_ps,
                       live_refusal, spec_of)
 from .gossip import AVERAGE, GossipRecorder, iterations
-from .header import GLOBAL_SLICE, SHARD, clean_point, header_for
+from .header import GLOBAL_SLICE, SHARD, clean_point, header_for, sim_id, simulation_point
 from .ps import PSCore, gradients_per_update, total_gradients
 
 __all__ = ["EvalCadence", "GOSSIP", "GOSSIP_PROTOCOLS", "PROTOCOLS", "PS", "PS_PROTOCOLS", "SPECS",
            "ProtocolSpec", "is_ps", "live_refusal", "spec_of", "AVERAGE", "GossipRecorder", "iterations",
-           "GLOBAL_SLICE", "SHARD", "clean_point", "header_for", "PSCore", "gradients_per_update",
+           "GLOBAL_SLICE", "SHARD", "clean_point", "header_for", "sim_id", "simulation_point", "PSCore", "gradients_per_update",
            "total_gradients"]

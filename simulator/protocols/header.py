@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from ..trace import SCHEMA_VERSION
@@ -15,12 +17,34 @@ def clean_point(point: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in point.items() if not k.startswith("_")}
 
 
+# keys the simulation does not depend on: points differing only in these share one simulation
+NOT_SIMULATED = ("name", "description", "backend", "optimizer", "live")
+NOT_SIMULATED_WORKLOAD = ("target_error",)
+
+
+def simulation_point(point: dict[str, Any]) -> dict[str, Any]:
+    """The point as the simulator sees it: without bookkeeping and :data:`NOT_SIMULATED` keys."""
+    out = {k: v for k, v in clean_point(point).items() if k not in NOT_SIMULATED}
+    out["workload"] = {k: v for k, v in out["workload"].items() if k not in NOT_SIMULATED_WORKLOAD}
+    return out
+
+
+def sim_id(point: dict[str, Any]) -> str:
+    """A name for the simulation of ``point``: protocol, λ, μ and a hash of its simulated keys
+    and the trace schema (equal for points that share one simulation)."""
+    blob = json.dumps({"v": SCHEMA_VERSION, "p": simulation_point(point)}, sort_keys=True, separators=(",", ":"),
+                      default=str)
+    c = point["cluster"]
+    return f"sim-{point['protocol']['name']}-l{c['learners']}-m{c['minibatch']}-" \
+           f"{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
 def header_for(point: dict[str, Any], nodes: int, layout: str) -> dict[str, Any]:
-    """The trace header: schema, scenario point, seed, sizes and data order."""
+    """The trace header: schema, the simulation's id and point, seed, sizes and data order."""
     wl = point["workload"]
     return {
         "schema_version": SCHEMA_VERSION,
-        "run_id": point.get("_id", ""),
+        "run_id": sim_id(point),
         "protocol": point["protocol"]["name"],
         "nodes": nodes,
         "seed": point["seed"],
@@ -28,5 +52,5 @@ def header_for(point: dict[str, Any], nodes: int, layout: str) -> dict[str, Any]
         "data_seed": point["seed"],
         "samples_per_epoch": wl["samples_per_epoch"],
         "data_layout": layout,
-        "point": clean_point(point),
+        "point": simulation_point(point),
     }
