@@ -34,7 +34,6 @@ from . import seeds
 from .collectives import bucket_sizes
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps
-from .stats import staleness_stats
 from .trace import APPLY, EVAL, GRAD, INPUT_COLUMNS, OP_COLUMNS, Trace
 
 try:  # numba is a dependency; without it (an unusual install) the fast engine is unavailable
@@ -122,61 +121,44 @@ def _finish(i: int, start: float, work: float, stall: np.ndarray, sdraw: np.ndar
             return -1.0
 
 
-def _heap_push(ht: np.ndarray, hk: np.ndarray, hp: np.ndarray, hf: np.ndarray, n: int, t: float, key: int,
-               kind: int, a: int, b: int, c: int, d: int, f: float) -> int:
-    """Push an event (time t, counter key) with payload; return the new size. A min-heap on (t, key)."""
+def _heap_push(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int, t: float, key: int, slot: int) -> int:
+    """Push event ``slot`` at (time t, counter key); return the new size. A min-heap on (t, key)."""
     pos = n
-    ht[pos] = t
-    hk[pos] = key
-    hp[pos, 0] = kind
-    hp[pos, 1] = a
-    hp[pos, 2] = b
-    hp[pos, 3] = c
-    hp[pos, 4] = d
-    hf[pos] = f
     while pos > 0:
         parent = (pos - 1) >> 1
-        if ht[parent] < ht[pos] or (ht[parent] == ht[pos] and hk[parent] < hk[pos]):
+        if ht[parent] < t or (ht[parent] == t and hk[parent] < key):
             break
-        _heap_swap(ht, hk, hp, hf, pos, parent)
+        ht[pos] = ht[parent]
+        hk[pos] = hk[parent]
+        hs[pos] = hs[parent]
         pos = parent
+    ht[pos] = t
+    hk[pos] = key
+    hs[pos] = slot
     return n + 1
 
 
-def _heap_swap(ht: np.ndarray, hk: np.ndarray, hp: np.ndarray, hf: np.ndarray, x: int, y: int) -> None:
-    t = ht[x]
-    ht[x] = ht[y]
-    ht[y] = t
-    k = hk[x]
-    hk[x] = hk[y]
-    hk[y] = k
-    for col in range(5):
-        v = hp[x, col]
-        hp[x, col] = hp[y, col]
-        hp[y, col] = v
-    f = hf[x]
-    hf[x] = hf[y]
-    hf[y] = f
-
-
-def _heap_pop(ht: np.ndarray, hk: np.ndarray, hp: np.ndarray, hf: np.ndarray, n: int) -> int:
-    """Remove the root (its payload copied to row n − 1 first is the caller's job: here the
-    root is swapped to the end); return the new size."""
+def _heap_pop(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int) -> int:
+    """Remove the root (the caller read it first); return the new size."""
     last = n - 1
-    _heap_swap(ht, hk, hp, hf, 0, last)
+    t, key, slot = ht[last], hk[last], hs[last]
     pos = 0
     while True:
-        left = 2 * pos + 1
-        if left >= last:
+        child = 2 * pos + 1
+        if child >= last:
             break
-        small = left
-        right = left + 1
-        if right < last and (ht[right] < ht[left] or (ht[right] == ht[left] and hk[right] < hk[left])):
-            small = right
-        if ht[pos] < ht[small] or (ht[pos] == ht[small] and hk[pos] < hk[small]):
+        right = child + 1
+        if right < last and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
+            child = right
+        if t < ht[child] or (t == ht[child] and key < hk[child]):
             break
-        _heap_swap(ht, hk, hp, hf, pos, small)
-        pos = small
+        ht[pos] = ht[child]
+        hk[pos] = hk[child]
+        hs[pos] = hs[child]
+        pos = child
+    ht[pos] = t
+    hk[pos] = key
+    hs[pos] = slot
     return last
 
 
@@ -185,9 +167,12 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, stall: np.ndarray,
             adraw: np.ndarray, link_in: np.ndarray, link_out: np.ndarray, queue: np.ndarray,
             batches: np.ndarray, done_clock: np.ndarray, at_clock: np.ndarray, waiting: np.ndarray,
-            blocked: np.ndarray, pend: np.ndarray,
-            acc: np.ndarray, ht: np.ndarray, hk: np.ndarray, hp: np.ndarray, hf: np.ndarray,
-            o_int: np.ndarray, o_flt: np.ndarray, in_int: np.ndarray, in_w: np.ndarray) -> int:
+            blocked: np.ndarray, pend: np.ndarray, acc: np.ndarray,
+            ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
+            kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
+            src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
+            t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray,
+            in_count: np.ndarray, in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
     """Run until done or until a draw buffer needs refilling (the returned status); every piece
     of state lives in the arrays, so a call resumes where the last one stopped.
 
@@ -195,9 +180,10 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     shard_len, per_epoch. ``fp``: tx, lat, every, scale_gap, scale_len.
     ``st`` (state, int): version, issued, processed, samples, n_ops, n_inputs, acc_n, heap_n,
     counter, pend_head, pend_tail, slowest, need (the learner whose draws ran out), last_kind,
-    n_waiting, apos. ``fst``: next_eval, end_time, compute_s.
-    Ops out: ``o_int`` rows (kind, node, version, src_version, sample_start, batch_size,
-    batch_index, in_start, in_count), ``o_flt`` rows (t_start, t_end, epoch).
+    n_waiting, apos. ``fst``: next_eval, end_time, compute_s, now of the pending pulls.
+    Events: a learner has at most one in flight, kept in its slot (``ev_i`` row: kind, j, k,
+    grad op; ``ev_f``: compute start); the heap orders slots by (time, schedule counter).
+    The trace columns are written directly (their defaults pre-filled by the caller).
     """
     lam, mu, N, total, c, barrier, bound, S = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
     layout, shard_len, per_epoch = ip[8], ip[9], ip[10]
@@ -222,7 +208,6 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 if s == 0 or e > done:
                     done = e
             t = done + lat
-            j = st[0]
             # _start
             if st[1] >= total:
                 continue
@@ -239,39 +224,41 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             delay = end - now
             if delay < 0.0:
                 delay = 0.0
-            st[7] = _heap_push(ht, hk, hp, hf, st[7], now + delay, st[8], SEND, i, j, k, 0, t)
+            ev_i[i, 0] = SEND
+            ev_i[i, 1] = st[0]
+            ev_i[i, 2] = k
+            ev_f[i] = t
+            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
             st[8] += 1
         # 2. the next event
         if st[7] == 0:
             return DONE
-        if hp[0, 0] == SEND and adraw.shape[0] - st[15] < S:
+        i = hs[0]
+        if ev_i[i, 0] == SEND and adraw.shape[0] - st[15] < S:
             return NEED_APPLY
-        st[7] = _heap_pop(ht, hk, hp, hf, st[7])
-        row = st[7]
-        now = ht[row]
-        kind = hp[row, 0]
-        if kind == SEND:
-            i, j, k = hp[row, 1], hp[row, 2], hp[row, 3]
-            t0 = hf[row]
+        now = ht[0]
+        st[7] = _heap_pop(ht, hk, hs, st[7])
+        j = ev_i[i, 1]
+        if ev_i[i, 0] == SEND:
+            k = ev_i[i, 2]
             if layout == 1:
                 start = (k * lam + i) * mu
             else:
                 ep = k // per_epoch
                 start = ep * N + i * shard_len + (k - ep * per_epoch) * mu
             n = st[4]
-            o_int[n, 0] = GRAD
-            o_int[n, 1] = i
-            o_int[n, 2] = -1
-            o_int[n, 3] = j
-            o_int[n, 4] = start
-            o_int[n, 5] = mu
-            o_int[n, 6] = k
-            o_flt[n, 0] = t0
-            o_flt[n, 1] = now
-            o_flt[n, 2] = st[3] / N
+            kind[n] = GRAD
+            node[n] = i
+            src_node[n] = 0
+            src_version[n] = j
+            sample_start[n] = start
+            batch_size[n] = mu
+            batch_index[n] = k
+            t_start[n] = ev_f[i]
+            t_end[n] = now
+            epoch[n] = st[3] / N
             st[4] = n + 1
             st[13] = GRAD
-            gop = n
             # _push: every shard's NIC in, then its apply queue
             done = 0.0
             for s in range(S):
@@ -284,17 +271,18 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             delay = done - now
             if delay < 0.0:
                 delay = 0.0
-            st[7] = _heap_push(ht, hk, hp, hf, st[7], now + delay, st[8], PROCESSED, i, gop, j, mu, 0.0)
+            ev_i[i, 0] = PROCESSED
+            ev_i[i, 3] = n
+            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
             st[8] += 1
             continue
         # PROCESSED: the core's push
-        i, gop, j, size = hp[row, 1], hp[row, 2], hp[row, 3], hp[row, 4]
         fst[1] = now
         fst[3] = now
         n_acc = st[6]
-        acc[n_acc, 0] = gop
+        acc[n_acc, 0] = ev_i[i, 3]
         acc[n_acc, 1] = j
-        acc[n_acc, 2] = size
+        acc[n_acc, 2] = mu
         st[6] = n_acc + 1
         st[2] += 1
         if bound >= 0:
@@ -305,7 +293,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             if cc == st[11] and at_clock[cc] == 0:
                 st[11] = cc + 1
         if st[6] >= c or st[2] == total:
-            _apply(st, fst, ip, acc, o_int, o_flt, in_int, in_w, now, every)
+            _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
+                   in_grad, in_weight, in_stale)
         # who pulls next (appended to the pending ring, in order)
         if barrier == 1:
             waiting[st[14]] = i
@@ -319,13 +308,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         elif bound >= 0:
             blocked[i] = 1
             limit = st[11] + bound
-            count = 0
             for w in range(lam):  # released in index order: every blocked learner within the bound
                 if blocked[w] == 1 and done_clock[w] <= limit:
                     blocked[w] = 0
                     pend[st[10] % lam] = w
                     st[10] += 1
-                    count += 1
         else:
             pend[st[10] % lam] = i
             st[10] += 1
@@ -342,8 +329,10 @@ def _sort_prefix(a: np.ndarray, n: int) -> None:
         a[y + 1] = v
 
 
-def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, o_int: np.ndarray,
-           o_flt: np.ndarray, in_int: np.ndarray, in_w: np.ndarray, t: float, every: float) -> None:
+def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: float, every: float,
+           kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
+           epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
+           in_weight: np.ndarray, in_stale: np.ndarray) -> None:
     """PSCore._apply: the pending gradients become version v + 1 (weights 1/n); the eval cadence."""
     N = ip[2]
     n = st[6]
@@ -355,23 +344,22 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, o_i
         for x in range(n):
             total += acc[x, 2]
         st[3] += total
-    epoch = st[3] / N
+    ep = st[3] / N
     row = st[4]
     base = st[5]
-    o_int[row, 0] = APPLY
-    o_int[row, 1] = 0
-    o_int[row, 2] = v
-    o_int[row, 3] = -1
-    o_int[row, 7] = base
-    o_int[row, 8] = n
-    o_flt[row, 0] = t
-    o_flt[row, 1] = t
-    o_flt[row, 2] = epoch
+    kind[row] = APPLY
+    node[row] = 0
+    version[row] = v
+    in_start[row] = base
+    in_count[row] = n
+    t_start[row] = t
+    t_end[row] = t
+    epoch[row] = ep
     w = 1.0 if n == 1 else 1.0 / n
     for x in range(n):
-        in_int[base + x, 0] = acc[x, 0]
-        in_int[base + x, 1] = v - acc[x, 1]
-        in_w[base + x] = w
+        in_grad[base + x] = acc[x, 0]
+        in_stale[base + x] = v - acc[x, 1]
+        in_weight[base + x] = w
     st[5] = base + n
     st[4] = row + 1
     st[13] = APPLY
@@ -381,16 +369,19 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, o_i
     if samples >= fst[0] - 1e-9:  # EvalCadence.due
         while fst[0] <= samples + 1e-9:
             fst[0] += every
-        r = st[4]
-        o_int[r, 0] = EVAL
-        o_int[r, 1] = 0
-        o_int[r, 2] = v + 1
-        o_int[r, 3] = -1
-        o_flt[r, 0] = t
-        o_flt[r, 1] = t
-        o_flt[r, 2] = epoch
-        st[4] = r + 1
-        st[13] = EVAL
+        _eval(st, row + 1, v + 1, t, ep, kind, node, version, t_start, t_end, epoch)
+
+
+def _eval(st: np.ndarray, row: int, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
+          version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray) -> None:
+    kind[row] = EVAL
+    node[row] = 0
+    version[row] = v
+    t_start[row] = t
+    t_end[row] = t
+    epoch[row] = ep
+    st[4] = row + 1
+    st[13] = EVAL
 
 
 if numba is not None:
@@ -398,10 +389,10 @@ if numba is not None:
     _reserve = _jit(_reserve)
     _advance = _jit(_advance)
     _finish = _jit(_finish)
-    _heap_swap = _jit(_heap_swap)
     _heap_push = _jit(_heap_push)
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
+    _eval = _jit(_eval)
     _apply = _jit(_apply)
     _kernel = _jit(_kernel)
 
@@ -470,29 +461,31 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     st[10] = lam                      # every learner pulls at t = 0
     fst = np.array([cad.next, 0.0, 0.0, 0.0])
     max_ops = 2 * total + int(total * mu / (N / wl["evals_per_epoch"])) + 8
-    o_int = np.zeros((max_ops, 9), np.int64)
-    o_flt = np.zeros((max_ops, 3))
-    in_int = np.zeros((total, 2), np.int64)
-    in_w = np.zeros(total)
-    # the run starts with an eval of the initial weights (PSCore.begin)
-    o_int[0] = (EVAL, 0, 0, -1, 0, 0, 0, 0, 0)
-    st[4] = 1
-    st[13] = EVAL
+    ops = {name: np.zeros(max_ops, dt) for name, dt in OP_COLUMNS.items()}  # TraceBuilder's defaults
+    for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
+        ops[name][:] = -1
+    ops["self_coef"][:] = 1.0
+    inputs = {name: np.zeros(total, dt) for name, dt in INPUT_COLUMNS.items()}
+    cols = (ops["kind"], ops["node"], ops["version"], ops["src_node"], ops["src_version"], ops["sample_start"],
+            ops["batch_size"], ops["batch_index"], ops["t_start"], ops["t_end"], ops["epoch"], ops["in_start"],
+            ops["in_count"], inputs["grad_op"], inputs["weight"], inputs["staleness"])
+    apply_cols = (cols[0], cols[1], cols[2], cols[8], cols[9], cols[10], cols[11], cols[12], cols[13], cols[14],
+                  cols[15])
+    _eval(st, 0, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
     fifo = lambda: np.zeros((S, 5))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
-    heap = 2 * lam + 4
-    ht, hk, hp, hf = np.zeros(heap), np.zeros(heap, np.int64), np.zeros((heap, 5), np.int64), np.zeros(heap)
-    args = (np.zeros(lam, np.int64), np.zeros(lam, np.int64),
-            np.zeros(total + 2, np.int64) if core.bound >= 0 else np.zeros(1, np.int64),
-            np.zeros(lam, np.int64), np.zeros(lam, np.int64), np.arange(lam, dtype=np.int64),
-            np.zeros((max(core.c, 1) + 1, 3), np.int64))
-    batches, done_clock, at_clock, waiting, blocked, pend, acc = args
+    ht, hk, hs = np.zeros(lam + 1), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
+    ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
+    batches, waiting, blocked = np.zeros(lam, np.int64), np.zeros(lam, np.int64), np.zeros(lam, np.int64)
+    done_clock = np.zeros(lam, np.int64)
+    at_clock = np.zeros(total + 2, np.int64) if core.bound >= 0 else np.zeros(1, np.int64)
+    pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + 1, 3), np.int64)
     if core.bound >= 0:
         at_clock[0] = lam
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, blocked, pend, acc, ht, hk, hp, hf, o_int, o_flt, in_int, in_w)
+                         waiting, blocked, pend, acc, ht, hk, hs, ev_i, ev_f, *cols)
         if status == DONE:
             break
         i = int(st[12])
@@ -507,13 +500,12 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     end_time = float(fst[1])
     # PSCore.finish: a last partial group, then the final eval
     if st[6] > 0:
-        _apply(st, fst, ip, acc, o_int, o_flt, in_int, in_w, end_time, cad.every)
+        _apply(st, fst, ip, acc, end_time, cad.every, *apply_cols)
     if st[13] != EVAL:
-        r = int(st[4])
-        o_int[r] = (EVAL, 0, st[0], -1, 0, 0, 0, 0, 0)
-        o_flt[r] = (end_time, end_time, st[3] / N)
-        st[4] = r + 1
-    trace = _trace(point, core, o_int[:st[4]], o_flt[:st[4]], in_int[:st[5]], in_w[:st[5]])
+        _eval(st, int(st[4]), int(st[0]), end_time, st[3] / N, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])
+    n_ops, n_in = int(st[4]), int(st[5])
+    trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
+                  {k: v[:n_in] for k, v in inputs.items()})
     processed, T = int(st[2]), end_time
     summary = {
         "gradients": processed,
@@ -527,37 +519,3 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
         "compute_utilization": float(fst[2]) / (lam * T) if T > 0 else 0.0,
     }
     return trace, summary
-
-
-def _trace(point: dict[str, Any], core: PSCore, o_int: np.ndarray, o_flt: np.ndarray, in_int: np.ndarray,
-           in_w: np.ndarray) -> Trace:
-    """The columns TraceBuilder.build would make from the same ops."""
-    n = len(o_int)
-    kind = o_int[:, 0].astype(np.uint8)
-    ops = {name: np.zeros(n, dt) for name, dt in OP_COLUMNS.items()}
-    ops["kind"] = kind
-    for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
-        ops[name][:] = -1
-    ops["self_coef"][:] = 1.0
-    g, a, e = kind == GRAD, kind == APPLY, kind == EVAL
-    ops["node"][:] = o_int[:, 1]
-    ops["src_node"][g] = 0
-    ops["src_version"][g] = o_int[g, 3]
-    ops["sample_start"][g] = o_int[g, 4]
-    ops["batch_size"][g] = o_int[g, 5]
-    ops["batch_index"][g] = o_int[g, 6]
-    ops["version"][a | e] = o_int[a | e, 2]
-    ops["in_start"][a] = o_int[a, 7]
-    ops["in_count"][a] = o_int[a, 8]
-    ops["t_start"][:] = o_flt[:, 0]
-    ops["t_end"][:] = o_flt[:, 1]
-    ops["epoch"][:] = o_flt[:, 2]
-    inputs = {"grad_op": in_int[:, 0].astype(INPUT_COLUMNS["grad_op"]), "weight": in_w.copy(),
-              "staleness": in_int[:, 1].astype(np.int32)}
-    return Trace(header_for(point, 1, core.layout), ops, inputs)
-
-
-def stats(trace: Trace, summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary with the staleness columns, as :func:`.run.simulate` adds them."""
-    summary.update(staleness_stats(trace.inputs["staleness"]))
-    return summary
