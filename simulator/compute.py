@@ -84,19 +84,21 @@ def sampler(distribution: str, mean: float, cv: float, rng: np.random.Generator)
 
 
 class DrawStream:
-    """Successive draws from ``fn`` served from a buffer refilled ``CHUNK`` at a time."""
+    """Successive draws from ``fn`` served from a buffer refilled ``chunk`` at a time (the
+    values do not depend on the chunk size: NumPy's generators fill arrays sequentially)."""
 
-    __slots__ = ("_fn", "_buf", "_i")
+    __slots__ = ("_fn", "_buf", "_i", "_chunk")
 
-    def __init__(self, fn: Callable[[int], np.ndarray]) -> None:
+    def __init__(self, fn: Callable[[int], np.ndarray], chunk: int = CHUNK) -> None:
         self._fn = fn
         self._buf: list[float] = []
         self._i = 0
+        self._chunk = chunk
 
     def next(self) -> float:
         i = self._i
         if i == len(self._buf):
-            self._buf = self._fn(CHUNK).tolist()
+            self._buf = self._fn(self._chunk).tolist()
             i = 0
         self._i = i + 1
         return self._buf[i]
@@ -188,10 +190,11 @@ def learner_clocks(point: dict[str, Any], count: int) -> list[LearnerClock]:
     mean = mean_compute_s(comp, cl["minibatch"])
     streams = _streams(point, count)[1:]
     slow = stragglers(point, count)
+    chunk = max(256, min(CHUNK, (1 << 20) // max(1, count)))  # ≤ ~1M buffered draws in all
     clocks = []
     for i, ss in enumerate(streams):
         draw_rng, stall_rng = (np.random.default_rng(s) for s in ss.spawn(2))
         m = mean * (strag["slowdown"] if i in slow else 1.0)
         fn = sampler(comp["distribution"], m, comp["cv"], draw_rng)
-        clocks.append(LearnerClock(DrawStream(fn), strag["stall_rate_per_s"], strag["stall_mean_s"], stall_rng))
+        clocks.append(LearnerClock(DrawStream(fn, chunk), strag["stall_rate_per_s"], strag["stall_mean_s"], stall_rng))
     return clocks
