@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..simulator.files import read_bounded
 from .table import CONFIG_COLUMNS, Table, is_number, swept_keys
 
 TARGET_COLUMNS = ("workload.target_error", "target_error")
@@ -78,9 +79,8 @@ def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = 
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+        return tomllib.loads(read_bounded(path, 1 << 20, "scenario file").decode("utf-8-sig"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
         return {}
 
 
@@ -89,8 +89,8 @@ def _scenario_file(root: Path) -> dict[str, Any]:
     ``scenario.json`` (its ``name``, and the scenario file it names, if still readable),
     else a ``scenario.toml`` or other ``*.toml`` copy."""
     try:
-        info = json.loads((root / "scenario.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = json.loads(read_bounded(root / "scenario.json", 16 << 20, "scenario.json"))
+    except (OSError, ValueError, RecursionError):
         info = None
     if isinstance(info, dict):
         source = _read_toml(Path(info["path"])) if isinstance(info.get("path"), str) else {}

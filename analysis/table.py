@@ -20,7 +20,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..simulator.files import atomic_write
+from ..simulator.files import atomic_write, read_bounded
+
+CSV_MAX_BYTES = 256 << 20
+CSV_FIELD_MAX = 1 << 20
+csv.field_size_limit(CSV_FIELD_MAX)
 
 Row = dict[str, Any]
 
@@ -83,11 +87,16 @@ class Table:
     # -- CSV ----------------------------------------------------------------------
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Table:
-        """Read a CSV with a header line, typing each column (see the module rule)."""
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
+        """Read a CSV with a header line, typing each column (see the module rule). A BOM is
+        accepted; a file that is not a regular file of at most ``CSV_MAX_BYTES``, or a field of
+        more than ``CSV_FIELD_MAX`` characters, is a one-line ``ValueError``."""
+        text = read_bounded(path, CSV_MAX_BYTES, "results table").decode("utf-8-sig")
+        try:
+            reader = csv.DictReader(io.StringIO(text, newline=""))
             columns = [c for c in (reader.fieldnames or []) if c is not None]
             raw = [{k: v for k, v in r.items() if k is not None} for r in reader]
+        except csv.Error as e:
+            raise ValueError(f"{path}: not a readable CSV table ({e})") from None
         convert = {c: _column_converter([r.get(c) for r in raw]) for c in columns}
         rows = [{c: convert[c](r.get(c)) for c in columns} for r in raw]
         return cls(rows, columns)
@@ -98,11 +107,19 @@ class Table:
         w = csv.writer(buf)
         w.writerow(self.columns)
         for r in self.rows:
-            w.writerow([format_cell(r.get(c)) for c in self.columns])
+            w.writerow([csv_safe(v) if isinstance(v := r.get(c), str) else format_cell(v) for c in self.columns])
         return atomic_write(path, buf.getvalue())
 
 
 # -- cells ------------------------------------------------------------------------
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(text: str) -> str:
+    """A text cell a spreadsheet will not run as a formula: prefixed with ``'`` when it starts
+    with ``= + - @``, a tab or a carriage return (OWASP's CSV-injection rule). Numbers are
+    written as numbers and never prefixed."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 def _parse_number(text: str) -> int | float:
     try:
         return int(text)

@@ -72,9 +72,42 @@ def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: st
         dist.destroy_process_group()
 
 
-def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str) -> None:
-    """One live process started by :func:`launch`."""
+def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str,
+                 parent: int) -> None:
+    """One live process started by :func:`launch`: it dies with its parent (rank 0 removes the
+    scratch folder first), and its stderr (Python and C++) goes to ``out/rankN.err``, so no
+    traceback or C++ frame reaches the user; the parent reports one line."""
+    err = os.open(os.path.join(out, f"rank{rank}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(err, 2)
+    _die_with_parent(parent, out if rank == 0 else None)
     play(point, rank, mean_sigma, out, init, world)
+
+
+def _die_with_parent(parent: int, scratch: str | None) -> None:
+    """A watchdog thread: when process ``parent`` (the launcher) is no longer this process's
+    parent (it died, even by SIGKILL, possibly before this process got here), remove
+    ``scratch`` (if given) and exit at once."""
+    import threading
+    import time
+
+    def gone() -> bool:
+        return os.getppid() != parent
+
+    def leave() -> None:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        os._exit(1)
+
+    if gone():
+        leave()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.2)
+            if gone():
+                leave()
+
+    threading.Thread(target=watch, name="ddlsim-parent-watchdog", daemon=True).start()
 
 
 def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
@@ -86,8 +119,10 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
     port = live["port"] or free_port(host)
     world = world_size(point)
     init = f"tcp://{host}:{port}"
-    ctx = mp.start_processes(process_main, args=(point, world, init, mean_sigma, out), nprocs=world,
+    ctx = mp.start_processes(process_main, args=(point, world, init, mean_sigma, out, os.getpid()), nprocs=world,
                              join=False, start_method="spawn")
+    with open(os.path.join(out, "pids"), "w") as f:  # for the reaper (_reaper)
+        f.write(" ".join(str(pid) for pid in ctx.pids()))
     try:
         while not ctx.join(timeout=0.5):
             pass
@@ -108,6 +143,7 @@ def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch
     """Run ``point`` live in a scratch directory; return its measured trace and, where the
     run wrote them, the final weights (a missing or corrupt trace is one BackendError line)."""
     out = tempfile.mkdtemp(prefix="ddlsim-live-")
+    reaper = _reaper(out)
     try:
         launch(point, mean_sigma, out)
         try:
@@ -118,7 +154,38 @@ def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch
             os.path.join(out, "weights.pt")) else None
     finally:
         shutil.rmtree(out, ignore_errors=True)
+        reaper.kill()
+        reaper.wait()
     return measured, weights
+
+
+REAPER = """
+import os, shutil, signal, sys, time
+folder, parent = sys.argv[1], int(sys.argv[2])
+while os.getppid() == parent:
+    time.sleep(0.2)
+try:
+    pids = [int(p) for p in open(os.path.join(folder, "pids")).read().split()]
+except (OSError, ValueError):
+    pids = []
+for pid in pids:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def _reaper(folder: str) -> Any:
+    """A small process that, when this process dies without cleaning up (SIGKILL), kills the
+    live processes listed in ``folder/pids`` (they may still be importing torch, before their
+    own watchdog runs) and removes ``folder``: nothing outlives a killed run."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", REAPER, folder, str(os.getpid())], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def measured_summary(trace: Trace) -> dict[str, Any]:

@@ -60,12 +60,18 @@ class Node:
             self.data = load_data(point, point.get("_data_dir"))
             self.stream = SampleStream(point["seed"], self.spe)
         self.w = 1.0
+        self.computed = 0
         self.version = 0
         self.opt = Optimizer(point["optimizer"], 0.0)
         self.log: list[tuple] = []  # (time, kind, fields...)
 
     def gradient(self, start: int) -> tuple[torch.Tensor, float, float]:
-        """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``."""
+        """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``;
+        ``live.fail_learner`` = this node kills itself after ``live.fail_after`` gradients."""
+        live = self.point["live"]
+        if live["fail_learner"] == self.i and self.computed >= live["fail_after"]:
+            os.kill(os.getpid(), 9)
+        self.computed += 1
         t0 = time.monotonic()
         if self.emulated:
             end = self.clock.finish(t0, self.clock.draws.next())

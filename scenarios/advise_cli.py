@@ -9,13 +9,15 @@ from typing import Any
 from ..backends.device import resolve_device
 from .advise import advise, check_goal
 from .advise_render import render
-from .cli_common import add_data_options, add_scenario_options, check_data_sets, resolve_scenario, safe_name
+from .cli_common import (add_data_options, add_scenario_options, check_cost, check_data_sets, resolve_scenario,
+                         safe_name)
 from .load import load
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
     check_goal(args.budget_s, args.target_error, args.replay, args.jobs)
     scenario = load(resolve_scenario(args.scenario), args.set)
+    check_cost(scenario, args.force)
     if args.device:
         resolve_device(args.device)  # an unknown or unavailable device fails before any work
     if args.replay > 0:  # so does a data set that cannot be read

@@ -16,13 +16,15 @@ from ..backends.device import resolve_device
 from . import commands
 from .advise_cli import register as register_advise
 from .cli_common import (CATALOGUE, RUN_TABLE, SIM_TABLE, UsageError, add_data_options, add_scenario_options,
-                         check_data_sets, load_scenario, out_dir, print_table, resolve_scenario)
+                         check_cost, check_data_sets, escape, load_scenario, out_dir, print_table,
+                         resolve_scenario)
 from .schema import ScenarioError
 
 def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
     from .runner import run_sweep
 
     scenario = load_scenario(args)
+    check_cost(scenario, args.force)
     out = out_dir(args, scenario)
     options = {}
     if backend:
@@ -30,6 +32,7 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
                    "batched": not args.no_batch, "stacked": args.stacked}
     records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
                         resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
+                        keep_failed=args.keep_failed,
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
     table = RUN_TABLE if backend else SIM_TABLE
     swept = [(k, k.split(".")[-1]) for k, _ in scenario.axes
@@ -133,16 +136,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
+        check_arguments(args)
         return int(args.func(args) or 0)
-    except (ScenarioError, TraceError, BackendError, ProfileError, UsageError) as e:
-        print(f"ddlsim: error: {e}", file=sys.stderr)
+    except (ScenarioError, TraceError, BackendError, ProfileError, UsageError, ValueError) as e:
+        _error(str(e))
         return 2
     except UnicodeDecodeError as e:
-        print(f"ddlsim: error: a file is not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
+        _error(f"a file is not UTF-8 text ({e.reason} at byte {e.start})")
         return 2
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
-        print(f"ddlsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        _error(f"{where}{e.strerror or e}")
+        return 2
+    except RecursionError:
+        _error("an input is nested too deeply")
         return 2
     except KeyboardInterrupt:
         print("\nddlsim: interrupted; completed runs are kept (rerun with --resume)", file=sys.stderr)
@@ -150,6 +157,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _error(message: str) -> None:
+    """One line on stderr; control characters of names and keys in it are shown escaped
+    (a newline or a terminal escape in a file name must not break or colour the line)."""
+    print(f"ddlsim: error: {escape(message)}", file=sys.stderr)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse option combinations that would be silently ignored."""
+    if getattr(args, "scheduler", None) and getattr(args, "executor", "local") != "dask":
+        raise UsageError(f"--scheduler {args.scheduler}: only with --executor dask")
 
 
 def _terminate(signum: int, frame: Any) -> None:

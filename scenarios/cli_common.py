@@ -41,6 +41,41 @@ def load_scenario(args: argparse.Namespace) -> Any:
     return load(resolve_scenario(args.scenario), args.set)
 
 
+def escape(text: str) -> str:
+    """``text`` with control characters (newlines, terminal escapes) written as escapes."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+# the most a point may simulate before --force is needed (≈ 200 B of trace per gradient)
+MAX_POINT_GRADIENTS = 100_000_000
+MAX_STALL_LOAD = 100.0  # stall rate × mean length: learners stalled nearly always beyond this
+
+
+def estimate(point: dict[str, Any]) -> int:
+    """Gradients a point's simulation computes (all learners or nodes)."""
+    from ..simulator.protocols import is_ps, iterations, total_gradients
+
+    return total_gradients(point) if is_ps(point) else iterations(point) * point["cluster"]["learners"]
+
+
+def check_cost(scenario: Any, force: bool) -> None:
+    """Refuse, before any work, a sweep point too large to simulate in memory and time (with
+    the estimate and the way out), unless ``force``."""
+    if force:
+        return
+    for p in scenario.points():
+        n = estimate(p)
+        if n > MAX_POINT_GRADIENTS:
+            raise UsageError(f"point {p['_id']} would simulate {n:.3g} gradients (about {n * 200 / 1e9:.3g} GB of "
+                             f"trace, {n / 5e5 / 60:.3g} min or more); the limit is {MAX_POINT_GRADIENTS:.0e}: "
+                             "fewer epochs or samples, or --force")
+        strag = p["cluster"]["stragglers"]
+        load = strag["stall_rate_per_s"] * strag["stall_mean_s"]
+        if load > MAX_STALL_LOAD:
+            raise UsageError(f"point {p['_id']}: stall_rate_per_s × stall_mean_s = {load:.3g}: learners would be "
+                             f"stalled {load:.3g}× longer than they compute (limit {MAX_STALL_LOAD:g}); or --force")
+
+
 def safe_name(name: str) -> str:
     """A scenario name usable as one directory name (no separators, no control characters)."""
     clean = re.sub(r"[^\w.+-]", "_", name).strip(".") or "scenario"
@@ -63,9 +98,11 @@ def results_of(out: Path) -> str | None:
     """Name of the scenario whose results ``out`` holds, if any."""
     import json
 
+    from ..simulator.files import read_bounded
+
     try:
-        return json.loads((out / "scenario.json").read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
+        return json.loads(read_bounded(out / "scenario.json", 16 << 20, "scenario.json")).get("name")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 
@@ -127,18 +164,23 @@ def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results
                    help="override a key (a list value sweeps it); repeatable")
     p.add_argument("--out", help=f"results directory (default {out_default})")
     p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
-    p.add_argument("--resume", action="store_true", help="keep points already completed in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the points already completed in --out whose results verify; rerun the rest")
+    p.add_argument("--keep-failed", action="store_true", help="with --resume: do not retry points that failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=("auto", "simpy", "fast"), default="auto",
                    help="simulator engine: fast (byte-identical, parameter-server protocols on one NIC per "
                         "learner), simpy (the reference) or auto (fast where it applies; default)")
     p.add_argument("--traces", action="store_true",
                    help="also write each run's trace.ddlt (runs sharing a simulation share the file)")
+    p.add_argument("--force", action="store_true",
+                   help="run a sweep above the size limits, or write into a results directory that holds "
+                        "another scenario's results")
     if executors:
-        p.add_argument("--executor", choices=("local", "dask"), default="local")
-        p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask)")
-        p.add_argument("--force", action="store_true",
-                       help="write into a results directory that holds another scenario's results")
+        p.add_argument("--executor", choices=("local", "dask"), default="local",
+                       help="where points run: local worker processes, or a Dask cluster (default local)")
+        p.add_argument("--scheduler", help="Dask scheduler address (with --executor dask; without it a "
+                                           "LocalCluster of --jobs workers is started)")
 
 
 def add_data_options(p: argparse.ArgumentParser) -> None:

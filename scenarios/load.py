@@ -125,6 +125,8 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         raise ScenarioError(f"{path}: key 'sweep' must be a table of dotted keys to lists")
     explicit: set[str] = set()
     for key, value in _flatten(raw):
+        if key in explicit:  # e.g. "cluster.learners" = 8 beside [cluster] learners = 4
+            raise ScenarioError(f"{path}: key '{key}' is set twice (as a dotted name and in its table)")
         set_dotted(base, key, _validated(path, key, value))
         explicit.add(key)
     for key, values in sweep.items():
@@ -183,7 +185,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
         raise ScenarioError(f"{p}: {p.stat().st_size:,} bytes is too large for a scenario file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is accepted
     except FileNotFoundError:
         raise ScenarioError(f"{p}: no such scenario file") from None
     except IsADirectoryError:
@@ -236,6 +238,9 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
     if proto["name"] == "dpsgd" and proto["overlap"] > 1:
         raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: dpsgd takes 0 (exchange "
                             "after the step, blocking) or 1 (exchange while computing)")
+    fail = point["live"]["fail_learner"]
+    if fail >= lam:
+        raise ScenarioError(f"{path}: key 'live.fail_learner' = {fail}{label}: must be < learners ({lam}) or -1")
     group = point["cluster"]["server"]["group_size"]
     if group > lam:
         raise ScenarioError(

@@ -17,6 +17,7 @@ Rules kept here:
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -29,12 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..simulator.files import atomic_write
+from ..analysis.table import csv_safe
+from ..simulator.files import atomic_write, read_bounded, remove_stale_temporaries
 from ..simulator.protocols import spec_of
 from .executors import make_executor, stop_executor
 from .load import Scenario, point_hash, simulation_key
 
 RESULT = "result.json"
+RESULT_MAX_BYTES = 256 << 20
 LEAD_COLUMNS = ["run_id", "protocol", "learners", "minibatch", "softsync_n"]
 SIM_COLUMNS = ["gradients", "updates", "sim_time_s", "gradients_per_s", "staleness_mean", "staleness_p50",
                "staleness_p99", "staleness_max", "server_utilization", "server_wait_mean_s"]
@@ -181,10 +184,20 @@ def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: lis
         walls[idx] += wall
 
 
+def _checksum(record: dict[str, Any]) -> str:
+    """SHA-256 of a record's numbers (row, curves, evaluation schedule) as canonical JSON."""
+    payload = {k: record.get(k) for k in ("hash", "row", "curves", "evals")}
+    blob = json.dumps(payload, sort_keys=True, default=_json_default, allow_nan=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def store_result(out_dir: Path, record: dict[str, Any]) -> None:
-    """Mark a point complete: its ``result.json``, written atomically and last."""
+    """Mark a point complete: its ``result.json`` (with a checksum of its numbers), written
+    atomically and last."""
     path = out_dir / "runs" / record["row"]["run_id"] / RESULT
-    atomic_write(path, json.dumps(record, default=_json_default).encode())
+    record = {**json.loads(json.dumps(record, default=_json_default)), "checksum": ""}
+    record["checksum"] = _checksum(record)
+    atomic_write(path, json.dumps(record).encode())
 
 
 def _json_default(o: Any) -> Any:
@@ -193,19 +206,51 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
-def load_result(out_dir: Path, point: dict[str, Any]) -> dict[str, Any] | None:
-    """The stored result of ``point`` if it is complete and of the same point hash."""
-    path = out_dir / "runs" / point["_id"] / RESULT
+def load_result(out_dir: Path, point: dict[str, Any], traces: bool = False,
+                keep_failed: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """``(record, "")`` when ``point``'s stored result can be kept, else ``(None, why)``.
+
+    Kept only if ``result.json`` is a regular file of bounded size that parses, has the
+    expected shape and types, is of this point (its hash) and its numbers are the ones
+    written (their checksum), the point did not fail (unless ``keep_failed``), its
+    ``staleness.csv`` is there, and, with ``traces``, its trace file reads and verifies.
+    """
+    from ..simulator import trace as tracemod
+
+    run_dir = out_dir / "runs" / point["_id"]
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if record.get("hash") == point_hash(point) else None
+        record = json.loads(read_bounded(run_dir / RESULT, RESULT_MAX_BYTES, "result.json"))
+    except FileNotFoundError:
+        return None, "not run yet"
+    except (OSError, ValueError, RecursionError):
+        return None, "unreadable result"
+    if not (isinstance(record, dict) and isinstance(record.get("hash"), str)
+            and isinstance(record.get("row"), dict) and isinstance(record.get("curves"), list)
+            and all(isinstance(c, dict) for c in record["curves"]) and isinstance(record.get("evals", []), list)
+            and record["row"].get("run_id") == point["_id"] and isinstance(record.get("checksum"), str)):
+        return None, "malformed result"
+    if record["hash"] != point_hash(point):
+        return None, "another point's result"
+    if record["checksum"] != _checksum(record):
+        return None, "edited or corrupt result"
+    if record["row"].get("error") is not None and not keep_failed:
+        return None, "failed before"
+    if record["row"].get("error") is None:
+        if not (run_dir / "staleness.csv").is_file():
+            return None, "missing staleness.csv"
+        if traces:
+            try:
+                tracemod.read(run_dir / "trace.ddlt")
+            except tracemod.TraceError:
+                return None, "missing or corrupt trace"
+    return record, ""
 
 
 def _fmt_cell(v: Any) -> str:
     if v is None:
         return ""
+    if isinstance(v, str):
+        return csv_safe(v)
     if isinstance(v, float):
         if math.isnan(v):
             return "nan"
@@ -261,11 +306,12 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, **kw: Any) -> list[dict[s
 def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | Path, *,
                backend: str | None = None, options: dict[str, Any] | None = None, jobs: int | None = None,
                resume: bool = False, executor: str = "local", scheduler: str | None = None,
-               progress: bool = True, engine: str = "auto", traces: bool = False,
+               progress: bool = True, engine: str = "auto", traces: bool = False, keep_failed: bool = False,
                on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run ``points`` (some or all of ``scenario``'s) into ``out_dir``; return the result
     records in their order. Without ``resume`` an existing result of a point is recomputed;
-    with it, kept. Points that differ only in keys the simulator ignores share one simulation
+    with it, kept if it verifies (:func:`load_result`; failed points are retried unless
+    ``keep_failed``). Points that differ only in keys the simulator ignores share one simulation
     (one task); ``traces``: also write each point's ``trace.ddlt``; ``engine``: the
     simulator's (:func:`ddlsim.simulator.run.simulate`).
     """
@@ -277,12 +323,20 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
          "points": [p["_id"] for p in points]}, indent=1).encode())
     records: list[dict[str, Any] | None] = [None] * len(points)
     todo = []
+    why: dict[str, int] = {}
+    remove_stale_temporaries(out)  # left by a killed run's atomic writes
     for idx, p in enumerate(points):
-        stored = load_result(out, p) if resume else None
+        stored, reason = load_result(out, p, traces, keep_failed) if resume else (None, "")
         if stored is not None:
             records[idx] = stored
         else:
             todo.append(idx)
+            if reason and reason != "not run yet":
+                why[reason] = why.get(reason, 0) + 1
+    if resume and progress:
+        detail = "; ".join(f"{n} {r}" for r, n in sorted(why.items()))
+        print(f"resume: kept {len(points) - len(todo)}, running {len(todo)}" + (f" (recomputed: {detail})"
+              if detail else ""), file=sys.stderr)
     groups: dict[str, list[int]] = {}
     for idx in todo:
         groups.setdefault(simulation_key(points[idx]), []).append(idx)

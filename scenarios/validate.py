@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..simulator.run import simulate
-from ..simulator.files import atomic_write
+from ..simulator.files import FileRefused, atomic_write, read_bounded
 from .load import Scenario
 from .schema import ScenarioError
 
@@ -46,7 +46,9 @@ def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
     if not profile:
         return p
     try:
-        data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bounded(profile, 1 << 20, "calibrated profile").decode("utf-8-sig"))
+    except FileRefused as e:
+        raise ScenarioError(f"--profile {e}") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ScenarioError(f"--profile {profile}: cannot read the calibrated profile ({e})") from None
     if not isinstance(data.get("network", {}), dict) or not isinstance(data.get("server", {}), dict):

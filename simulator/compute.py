@@ -17,8 +17,10 @@ from typing import Any, Callable
 import numpy as np
 
 from . import seeds
+from .files import FileRefused, read_bounded
 
 CHUNK = 4096
+PROFILE_MAX_BYTES = 1 << 20
 
 
 class ProfileError(ValueError):
@@ -29,9 +31,11 @@ def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
     """Read a profile TOML (``minibatch = [...]``, ``seconds = [...]``); sorted by μ."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, "compute profile").decode("utf-8-sig"))
     except FileNotFoundError:
         raise ProfileError(f"{p}: no such compute profile") from None
+    except FileRefused as e:
+        raise ProfileError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{p}: cannot read compute profile: {e}") from None
     except tomllib.TOMLDecodeError as e:

@@ -1,9 +1,14 @@
-"""Writing result files: one atomic write for every file ddlsim produces.
+"""Files ddlsim writes and reads: one atomic write, one bounded read.
 
-Readers see the old file or the whole new one, never half: the data goes to a temporary
-file in the target's folder, is flushed to disk, made readable by the group and others
-(0644, like any file a user writes under a default umask: colleagues on a shared cluster
-read the tables) and renamed over the target.
+Writes: readers see the old file or the whole new one, never half: the data goes to a
+temporary file in the target's folder, is flushed to disk, made readable by the group and
+others (0644, like any file a user writes under a default umask: colleagues on a shared
+cluster read the tables) and renamed over the target. A target that is a symbolic link, a
+device, a FIFO or a directory is refused (:class:`FileRefused`): renaming over it would
+replace the link or the device with a regular file.
+
+Reads: :func:`read_bounded` reads a file only after checking that it is a regular file (not
+a FIFO, a device or ``/dev/zero``) of at most ``limit`` bytes.
 """
 
 from __future__ import annotations
@@ -13,11 +18,56 @@ import tempfile
 from pathlib import Path
 
 FILE_MODE = 0o644
+MAX_READ_BYTES = 64 << 20  # default bound of read_bounded
+
+
+class FileRefused(OSError):
+    """A file ddlsim will not read or write (special file, link, too large); one line."""
+
+
+def check_target(path: Path) -> None:
+    """Refuse to write over a symbolic link, a device, a FIFO or a directory."""
+    if path.is_symlink():
+        raise FileRefused(f"{path}: is a symbolic link; ddlsim writes regular files only (name the target itself)")
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
+        raise FileRefused(f"{path}: is {kind}; ddlsim writes regular files only")
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES, what: str = "file") -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; else a one-line
+    :class:`FileRefused` (``FileNotFoundError`` when it does not exist)."""
+    p = Path(path)
+    st = os.stat(p)  # FileNotFoundError propagates: callers word it
+    import stat as _stat
+
+    if not _stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{p}: not a regular file (a {what} must be one)")
+    if st.st_size > limit:
+        raise FileRefused(f"{p}: {st.st_size:,} bytes is more than the {limit:,} a {what} may have")
+    with open(p, "rb") as f:
+        data = f.read(st.st_size + 1)  # (a read of `limit` would allocate `limit` bytes up front)
+    if len(data) > limit:
+        raise FileRefused(f"{p}: more than the {limit:,} bytes a {what} may have")
+    return data
+
+
+def remove_stale_temporaries(folder: Path) -> int:
+    """Delete the ``.*.tmp`` files an interrupted atomic write left in ``folder`` and its
+    sub-folders; how many."""
+    count = 0
+    if folder.is_dir():
+        for tmp in folder.rglob(".*.tmp"):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
+                count += 1
+    return count
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
     """Write ``data`` (text is UTF-8) to ``path`` atomically, mode 0644; return the path."""
     path = Path(path)
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .files import atomic_write
+from .files import FileRefused, atomic_write, read_bounded
 
 SCHEMA_VERSION = 1
+TRACE_MAX_BYTES = 64 << 30  # a trace file is read whole: at most this much
 MAGIC = b"DDLTRACE"
 GRAD, APPLY, MIX, EVAL = 0, 1, 2, 3
 KIND_NAMES = ("grad", "apply", "mix", "eval")
@@ -273,10 +274,10 @@ def _columns_ok(cols: Any) -> bool:
 def read(path: str | Path) -> Trace:
     """Read and validate the trace at ``path``."""
     p = Path(path)
-    if p.exists() and not p.is_file():
-        raise TraceError(f"{p}: not a regular file")
     try:
-        data = p.read_bytes()
+        data = read_bounded(p, TRACE_MAX_BYTES, "trace")
+    except FileRefused as e:
+        raise TraceError(str(e)) from None
     except FileNotFoundError:
         raise TraceError(f"{p}: no such trace file") from None
     except OSError as e:

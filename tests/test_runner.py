@@ -78,10 +78,13 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path: Path,
     assert all(e is None for k, e in errors.items() if k != 6)
     table = rows(tmp_path)
     assert len(table) == 12 and sum(bool(r["error"]) for r in table) == 2
-    # a resume retries nothing that succeeded, and keeps the failure on record
+    # a resume keeps what succeeded; --keep-failed keeps the failures, a plain resume retries them
     monkeypatch.setattr(simrun, "simulate", real)
+    kept = runner.run_sweep(scenario, tmp_path, jobs=1, progress=False, resume=True, keep_failed=True)
+    assert sum(r["row"]["error"] is not None for r in kept) == 2
     again = runner.run_sweep(scenario, tmp_path, jobs=1, progress=False, resume=True)
     assert [r["row"]["run_id"] for r in again] == [r["row"]["run_id"] for r in records]
+    assert all(r["row"]["error"] is None for r in again)
 
 
 def test_dask_executor_gives_the_same_rows_as_local_processes(tmp_path: Path) -> None:
