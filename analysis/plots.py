@@ -9,6 +9,8 @@ figure shows one value per configuration.
 
 from __future__ import annotations
 
+import statistics
+
 import math
 from typing import Any
 
@@ -352,7 +354,8 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
 def simulated_vs_measured(table: Table) -> Figure:
     """Simulated against measured time (per epoch when an epochs column exists) with
     the y = x line; each point carries its relative error (simulated − measured) /
-    measured, the title the mean |relative error|; see :func:`sim_measured_pairs`."""
+    measured, the title the median |relative error| (as ``ddlsim validate`` prints it); see
+    :func:`sim_measured_pairs`."""
     title = "Simulated vs measured time"
     pairs = sim_measured_pairs(table or Table())
     if not pairs:
@@ -380,8 +383,8 @@ def simulated_vs_measured(table: Table) -> Figure:
         ax.set_yscale("log")
     ax.set_xlabel(f"measured time {unit}")
     ax.set_ylabel(f"simulated time {unit}")
-    mare = mean([abs(p["rel_error"]) for p in pairs])
-    ax.set_title(f"{title}\nmean |relative error| {100 * mare:.1f}% over {len(pairs)} "
+    mare = statistics.median([abs(p["rel_error"]) for p in pairs])
+    ax.set_title(f"{title}\nmedian |relative error| {100 * mare:.1f}% over {len(pairs)} "
                  f"run{'s' if len(pairs) > 1 else ''}", fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")

@@ -34,7 +34,8 @@ from ..simulator import trace as trace_io
 from ..simulator.compute import learner_clocks, stragglers
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
 from ..simulator.mixing import share, symmetric_weights
-from ..simulator.protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for, iterations, live_refusal
+from ..simulator.protocols import (GLOBAL_SLICE, SHARD, GossipRecorder, clean_point, header_for, iterations,
+                                   live_refusal)
 from ..simulator.topology import in_peers, out_peers, period, symmetric_topology
 from .base import BackendError
 from .optim import Optimizer
@@ -220,7 +221,7 @@ def _gather_and_write(me: Node, K: int, epoch0: float, out: str) -> None:
     point = me.point
     rec = _merge(point, logs, epoch0)
     header = header_for(point, me.n, GLOBAL_SLICE if point["protocol"]["name"] == "allreduce" else SHARD)
-    header.update({"measured": True, "iterations": K, "mean_staleness": 0.0,
+    header.update({"measured": True, "iterations": K, "mean_staleness": 0.0, "replay_point": clean_point(point),
                    "wall_s": max(e[0] for log in logs for e in log) - epoch0})
     trace_io.write(rec.tb.build(header), os.path.join(out, "trace.ddlt"))
     torch.save(torch.stack([x / w for x, w in finals]), os.path.join(out, "weights.pt"))

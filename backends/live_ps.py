@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ..simulator import trace as trace_io
 from ..simulator.compute import learner_clocks, stragglers
 from ..simulator.dataorder import SampleStream
-from ..simulator.protocols import PSCore, header_for
+from ..simulator.protocols import PSCore, clean_point, header_for
 from .optim import Optimizer
 from .flatmodel import FlatModel
 from .workloads import build_model, load_data
@@ -98,7 +98,7 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
             send_work(i)
     core.finish(end)
     header = header_for(point, 1, core.layout)
-    header.update({"measured": True, "mean_staleness": mean_sigma, "wall_s": end})
+    header.update({"measured": True, "mean_staleness": mean_sigma, "wall_s": end, "replay_point": clean_point(point)})
     trace_io.write(core.tb.build(header), os.path.join(out_dir, "trace.ddlt"))
     torch.save(x, os.path.join(out_dir, "weights.pt"))
 

@@ -35,13 +35,21 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
                         keep_failed=args.keep_failed,
                         executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
     table = RUN_TABLE if backend else SIM_TABLE
+    if backend == "live":  # the time the live run took, not the simulation's prediction
+        table = [("measured_time_s", "measured") if k == "sim_time_s" else (k, h) for k, h in table]
     swept = [(k, k.split(".")[-1]) for k, _ in scenario.axes
              if k not in ("protocol.name", "cluster.learners", "cluster.minibatch")]
-    print_table(records, table[:4] + swept + table[4:])
+    print_table(records, table[:4] + swept + table[4:], lead=4 + len(swept))
+    if backend == "live" and any(p["live"]["compute"] == "emulated" for p in scenario.points()):
+        print("final err: not measured where live.compute = \"emulated\" (learners sleep; no gradients)")
     print(f"results: {out / 'summary.csv'}")
     if getattr(args, "report", False) and records:
+        from ..analysis.figures import write_figures
         from ..analysis.report import write_report
 
+        figures = write_figures(out)
+        if figures:
+            print(f"figures: {len(figures)} files in {figures[0].parent}")
         print(f"report: {write_report(out)}")
     failed = sum(r["row"].get("error") is not None for r in records)
     return 1 if failed else 0
@@ -62,9 +70,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_scenarios(args: argparse.Namespace) -> int:
     import tomllib
 
+    if args.show:
+        f = CATALOGUE / f"{args.show}.toml"
+        if not f.is_file():
+            names = ", ".join(sorted(g.stem for g in CATALOGUE.glob("*.toml")))
+            raise UsageError(f"--show {args.show}: no bundled scenario of that name (bundled: {names})")
+        print(f.read_text(encoding="utf-8"), end="")
+        return 0
     for f in sorted(CATALOGUE.glob("*.toml")):
         data = tomllib.loads(f.read_text())
         print(f"{f.stem:28s} {data.get('description', '')}")
+    print("\nStart your own from one: ddlsim scenarios --show demo > my.toml")
     return 0
 
 
@@ -88,6 +104,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ddlsim", description="Predict the accuracy/runtime tradeoff of "
                                  "distributed deep-learning training.")
+    ap.add_argument("--version", action="version", version=f"ddlsim {_version()}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("simulate", help="predict runtime and staleness for every sweep point")
@@ -104,15 +121,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip the figures and the HTML report written at the end")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("scenarios", help="list the bundled scenarios")
+    p = sub.add_parser("scenarios", help="list the bundled scenarios, or print one to start from")
+    p.add_argument("--show", metavar="NAME", help="print bundled scenario NAME (e.g. > my.toml to edit a copy)")
     p.set_defaults(func=cmd_scenarios)
     p = sub.add_parser("hardware", help="list the hardware catalogue (cluster.gpu, cluster.network.preset)")
     p.set_defaults(func=cmd_hardware)
     p = sub.add_parser("trace", help="validate a trace file and print its op counts")
-    p.add_argument("path")
+    p.add_argument("path", help="a trace.ddlt (ddlsim simulate/run --traces, or a live run's)")
     p.set_defaults(func=cmd_trace)
     _extend(sub)
     return ap
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ddlsim")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
 
 
 def _extend(sub: Any) -> None:

@@ -23,11 +23,14 @@ class UsageError(Exception):
 
 
 def resolve_scenario(name: str) -> Path:
-    """A scenario argument is a file path or the name of a bundled scenario."""
+    """A scenario argument is a file path or the name of a bundled scenario (a bundled name
+    wins over a folder of the same name in the working directory, e.g. results of ``demo``)."""
     p = Path(name)
+    bundled = CATALOGUE / f"{name}.toml"
+    if p.is_dir() and "/" not in name and bundled.exists():
+        return bundled
     if p.exists() or p.suffix == ".toml" or "/" in name:
         return p
-    bundled = CATALOGUE / f"{name}.toml"
     if bundled.exists():
         return bundled
     names = ", ".join(sorted(f.stem for f in CATALOGUE.glob("*.toml")))
@@ -120,11 +123,33 @@ def _fmt(v: Any, width: int = 10) -> str:
     return str(v)
 
 
-def print_table(records: list[dict[str, Any]], columns: list[tuple[str, str]], file: Any = None) -> None:
-    """Print result rows as an aligned text table (``columns`` = (key, heading))."""
+def duration(seconds: float) -> str:
+    """Seconds in the unit a reader wants: s, min or h."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or math.isnan(seconds):
+        return _fmt(seconds)
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.4g} s"
+
+
+LEAD_KEYS = ("run_id", "protocol", "learners", "minibatch")
+
+
+def print_table(records: list[dict[str, Any]], columns: list[tuple[str, str]], file: Any = None,
+                lead: int = 4) -> None:
+    """Print result rows as an aligned text table (``columns`` = (key, heading)); the first
+    ``lead`` columns identify the run; a failed run shows FAILED in the first result column."""
     file = file or sys.stdout
-    rows = [[_fmt(r["row"].get(k)) if r["row"].get("error") is None or k in ("run_id", "protocol")
-             else ("FAILED" if i == 2 else "") for i, (k, _) in enumerate(columns)] for r in records]
+
+    def cell(r: dict[str, Any], i: int, k: str) -> str:
+        if r["row"].get("error") is not None and i >= lead:
+            return "FAILED" if i == lead else ""
+        v = r["row"].get(k)
+        return duration(v) if k in TIME_KEYS and v is not None else _fmt(v)
+
+    rows = [[cell(r, i, k) for i, (k, _) in enumerate(columns)] for r in records]
     heads = [h for _, h in columns]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(heads)]
     print("  ".join(h.ljust(w) for h, w in zip(heads, widths)), file=file)
@@ -135,8 +160,9 @@ def print_table(records: list[dict[str, Any]], columns: list[tuple[str, str]], f
             print(f"run {r['row']['run_id']} failed: {r['row']['error']}", file=file)
 
 
+TIME_KEYS = ("sim_time_s", "measured_time_s", "time_to_target_s")
 SIM_TABLE = [("run_id", "run"), ("protocol", "protocol"), ("learners", "λ"), ("minibatch", "μ"),
-             ("sim_time_s", "time_s"), ("gradients_per_s", "grad/s"), ("staleness_mean", "σ mean"),
+             ("sim_time_s", "time"), ("gradients_per_s", "grad/s"), ("staleness_mean", "σ mean"),
              ("staleness_max", "σ max"), ("server_utilization", "server util")]
 RUN_TABLE = SIM_TABLE[:6] + [("staleness_mean", "σ mean"), ("final_test_error", "final err"),
                              ("best_test_error", "best err"), ("time_to_target_s", "to target s"),
@@ -145,14 +171,21 @@ RUN_TABLE = SIM_TABLE[:6] + [("staleness_mean", "σ mean"), ("final_test_error",
 
 def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download: bool) -> None:
     """Refuse, before any work, a point whose data set ``backend`` (replay or live; others
-    are not checked) could not read; live points with emulated compute read none."""
+    are not checked) could not read; live points with emulated compute read none. Each data
+    set that needs files is really read (and, with ``download``, fetched) once, here: an
+    empty ``--data-dir`` or an unreachable download fails now, not after the simulations."""
     if backend not in ("replay", "live"):
         return
-    from ..backends.workloads import check_data
+    from ..backends.workloads import check_data, load_data
 
+    seen: set[str] = set()
     for point in scenario.points():
         if backend == "replay" or point["live"]["compute"] == "real":
             check_data(point, data_dir, download)
+            name = point["workload"]["dataset"]
+            if name not in seen and name not in ("digits", "teacher"):
+                seen.add(name)
+                load_data(point, data_dir, download)
 
 
 def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results/<scenario name>",
@@ -163,7 +196,9 @@ def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key (a list value sweeps it); repeatable")
     p.add_argument("--out", help=f"results directory (default {out_default})")
-    p.add_argument("--jobs", type=int, default=None, help="parallel worker processes")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel worker processes (default: none, in-process, for up to 8 distinct simulations; "
+                        "else one per core)")
     p.add_argument("--resume", action="store_true",
                    help="keep the points already completed in --out whose results verify; rerun the rest")
     p.add_argument("--keep-failed", action="store_true", help="with --resume: do not retry points that failed")
@@ -187,6 +222,8 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     """Where a backend runs and reads its data: ``--device``, ``--data-dir``, ``--download``."""
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
-    p.add_argument("--download", action="store_true", help="download torchvision data sets into --data-dir")
+    p.add_argument("--download", action="store_true",
+                   help="download torchvision data sets into --data-dir (default ~/.cache/ddlsim/data); checked "
+                        "before any simulation")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..backends.device import resolve_device
 from ..simulator.catalog import FILE_DATASETS, TRAINABLE_MODELS
-from .cli_common import resolve_scenario, safe_name
+from .cli_common import resolve_scenario, results_of, safe_name
 from .schema import ScenarioError
 
 
@@ -100,7 +100,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     scenario = load(resolve_scenario(args.scenario), args.set)
     out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-validate"
-    rows = validate(scenario, out, args.profile, progress=not args.quiet)
+    other = results_of(out)
+    if other is not None and other != scenario.base["name"] and not args.force:
+        raise ScenarioError(f"--out {out}: holds the results of scenario {other!r}; choose another --out or --force")
+    resolve_device(args.device)
+    rows = validate(scenario, out, args.profile, progress=not args.quiet, resume=args.resume, device=args.device)
     print(f"{'run':30s} {'measured s/epoch':>16s} {'simulated':>10s} {'rel err':>8s} {'σ live':>7s} "
           f"{'σ sim':>7s} {'σ TV':>6s}")
     for r in rows:
@@ -109,6 +113,61 @@ def cmd_validate(args: argparse.Namespace) -> int:
               f"{r['staleness_tv_distance']:6.3f}")
     print(f"median |relative error| of time per epoch: {median_abs_error(rows):.1%}")
     print(f"table: {out / 'validation.csv'}  figure: {out / 'validation.png'}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay one trace (a live run's, a torchrun run's or a simulated one) into a results
+    folder: summary.csv, curves.csv, the figures and the report."""
+    import json
+    import time
+
+    from ..backends.base import RunOptions
+    from ..backends.replay import ReplayBackend
+    from ..simulator import trace as trace_io
+    from ..simulator.files import atomic_write
+    from ..simulator.stats import staleness_histogram, staleness_stats
+    from .load import load
+    from .runner import _staleness_csv, lead_values, store_result, write_tables
+
+    trace = trace_io.read(args.trace)
+    if args.scenario:
+        points = load(resolve_scenario(args.scenario), args.set).points()
+        if not 0 <= args.point < len(points):
+            raise ScenarioError(f"--point {args.point}: the sweep has {len(points)} points")
+        point = points[args.point]
+    elif isinstance(trace.header.get("replay_point"), dict):
+        point = {**trace.header["replay_point"], "_id": f"replay-{Path(args.trace).parent.name or 'trace'}"}
+    else:
+        raise ScenarioError(f"{args.trace}: the trace does not record its optimizer settings (a simulated trace "
+                            "shared by several points); pass --scenario FILE [--point N]")
+    point.setdefault("_id", f"replay-{Path(args.trace).parent.name or 'trace'}")
+    resolve_device(args.device)
+    out = Path(args.out) if args.out else Path("results") / safe_name(point["_id"])
+    t0 = time.perf_counter()
+    result = ReplayBackend().run(trace, point, RunOptions(device=args.device, data_dir=args.data_dir))
+    row = {**lead_values(point), **staleness_stats(trace.inputs["staleness"]), **result.summary}
+    if trace.header.get("measured"):
+        from ..backends.live import measured_summary
+
+        row.update(measured_summary(trace))
+        row["sim_time_s"] = row["measured_time_s"]
+    row.update({"error": None, "wall_s": time.perf_counter() - t0})
+    ev = trace.ops["kind"] == trace_io.EVAL
+    record = {"hash": trace.header.get("run_id", ""), "row": row,
+              "curves": [{"run_id": point["_id"], **c} for c in result.curves],
+              "evals": [[float(t), float(e)] for t, e in zip(trace.ops["t_end"][ev], trace.ops["epoch"][ev])]}
+    atomic_write(out / "scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
+                                                    "target_error": point["workload"]["target_error"]}))
+    atomic_write(out / "runs" / point["_id"] / "staleness.csv", _staleness_csv(staleness_histogram(trace)))
+    store_result(out, record)
+    write_tables(out, [record])
+    print(f"final test error {row['final_test_error']:.4g}, best {row['best_test_error']:.4g}")
+    print(f"results: {out / 'summary.csv'}")
+    if not args.no_report:
+        from ..analysis.report import write_report
+
+        print(f"report: {write_report(out)}")
     return 0
 
 
@@ -123,9 +182,10 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="HTML file (default RESULTS/report.html)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("calibrate", help="measure compute, server and loopback network costs; write a profile")
-    p.add_argument("--model", default="mlp", choices=TRAINABLE_MODELS)
-    p.add_argument("--dataset", default="digits", choices=("digits",) + FILE_DATASETS)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default="mlp", choices=TRAINABLE_MODELS, help="model to time (default mlp)")
+    p.add_argument("--dataset", default="digits", choices=("digits",) + FILE_DATASETS,
+                   help="data set whose input shape the model takes (default digits)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--minibatches", default="1,2,4,8,16,32,64,128", help="comma-separated minibatch sizes")
     p.add_argument("--no-network", action="store_true", help="skip the loopback network measurements")
     p.add_argument("--no-cycle", action="store_true",
@@ -133,9 +193,23 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="profile file (default profiles/MODEL-DATASET-DEVICE.toml)")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness")
-    p.add_argument("scenario")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("scenario", help="scenario file, or the name of a bundled scenario (e.g. validate-grid)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key (a list value sweeps it); repeatable")
     p.add_argument("--profile", help="calibrated profile whose network/server costs the simulation uses")
     p.add_argument("--out", help="output directory (default results/<name>-validate)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--resume", action="store_true", help="keep the points already in OUT/validation.csv")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds another scenario's results")
+    p.add_argument("--device", default="cpu", help="device of the live runs' real compute (cpu or cuda)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("replay", help="replay one trace (a live or torchrun run's, or --traces') into accuracy curves")
+    p.add_argument("trace", help="a trace.ddlt")
+    p.add_argument("--scenario", help="the scenario the trace ran (default: the settings a live trace records)")
+    p.add_argument("--point", type=int, default=0, help="with --scenario: the sweep point (default 0)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="with --scenario: override a key")
+    p.add_argument("--out", help="results folder (default results/replay-<folder of the trace>)")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    p.set_defaults(func=cmd_replay)

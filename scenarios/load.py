@@ -194,6 +194,9 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
         raise ScenarioError(f"{p}: not a UTF-8 text file") from None
     except OSError as e:
         raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
+    if not text.strip():
+        raise ScenarioError(f"{p}: the scenario file is empty; start from a bundled one: "
+                            "ddlsim scenarios --show demo > my.toml")
     return load_text(text, str(p), overrides, p.parent)
 
 

@@ -325,6 +325,7 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
     todo = []
     why: dict[str, int] = {}
     remove_stale_temporaries(out)  # left by a killed run's atomic writes
+    _remove_other_runs(out, {p["_id"] for p in points})
     for idx, p in enumerate(points):
         stored, reason = load_result(out, p, traces, keep_failed) if resume else (None, "")
         if stored is not None:
@@ -389,6 +390,21 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
     done = [r for r in records if r is not None]
     write_tables(out, done)
     return done
+
+
+def _remove_other_runs(out: Path, keep: set[str]) -> None:
+    """Delete the run folders of points this sweep does not have (an earlier sweep into the
+    same folder): the folder then holds what summary.csv lists. Only folders ddlsim made (with
+    a result.json, or empty) are touched."""
+    import shutil
+
+    runs = out / "runs"
+    if not runs.is_dir():
+        return
+    for d in runs.iterdir():
+        if d.name not in keep and d.is_dir() and not d.is_symlink() and (
+                (d / RESULT).is_file() or not any(d.iterdir())):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

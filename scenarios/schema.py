@@ -108,7 +108,7 @@ FIELDS: tuple[Field, ...] = (
        maximum=10**6),
     # optimizer
     _s("optimizer.name", "sgd", "Update rule.", choices=("sgd", "nesterov", "adagrad")),
-    _f("optimizer.lr", 0.05, "Base learning rate α0.", minimum=0, min_exclusive=True, maximum=1e3),
+    _f("optimizer.lr", 0.05, "Base learning rate α0.", minimum=0, min_exclusive=True, maximum=1e30),
     _f("optimizer.momentum", 0.9, "Momentum coefficient (sgd, nesterov).", minimum=0, maximum=1,
        max_exclusive=True),
     _f("optimizer.weight_decay", 0.0, "L2 weight decay.", minimum=0, maximum=1e6),

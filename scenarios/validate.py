@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..simulator.run import simulate
+from ..analysis.figures import figure_bytes
 from ..simulator.files import FileRefused, atomic_write, read_bounded
 from .load import Scenario
 from .schema import ScenarioError
@@ -63,13 +64,13 @@ def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
     return p
 
 
-def validate_point(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
+def validate_point(point: dict[str, Any], profile: str | None, device: str = "cpu") -> dict[str, Any]:
     """Live and simulated runs of one point; the comparison row."""
     from ..backends.base import RunOptions
     from ..backends.live import LiveBackend
 
     first = simulate(point)
-    live = LiveBackend().run(first.trace, point, RunOptions(device="cpu"))
+    live = LiveBackend().run(first.trace, point, RunOptions(device=device))
     sim = simulate(apply_profile(point, profile))
     epochs = point["workload"]["epochs"]
     m_t, s_t = live.summary["measured_time_s"], sim.summary["sim_time_s"]
@@ -106,22 +107,43 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     return simulated_vs_measured(table)
 
 
-def validate(scenario: Scenario, out: Path, profile: str | None = None, progress: bool = True) -> list[dict]:
-    """Validate every point of ``scenario``; write the table and the figure into ``out``."""
+def validate(scenario: Scenario, out: Path, profile: str | None = None, progress: bool = True,
+             resume: bool = False, device: str = "cpu") -> list[dict]:
+    """Validate every point of ``scenario``; write the table and the figure into ``out``. Live
+    runs go one at a time (parallel runs would disturb each other's timings); ``resume`` keeps
+    the rows of points already in ``out/validation.csv``."""
     from tqdm import tqdm
 
     points = scenario.points()
     if profile:
         apply_profile(points[0], profile)  # a bad profile fails before the first live run
     out.mkdir(parents=True, exist_ok=True)
+    kept = _stored_rows(out / "validation.csv") if resume else {}
     rows: list[dict[str, Any]] = []
     for point in tqdm(points, desc="validate", unit="run", disable=not progress):
-        rows.append(validate_point(point, profile))
+        rows.append(kept.get(point["_id"]) or validate_point(point, profile, device))
         write_csv(rows, out / "validation.csv")
     fig = figure(rows)
     for ext in ("png", "svg"):
-        fig.savefig(out / f"validation.{ext}", dpi=110)
+        atomic_write(out / f"validation.{ext}", figure_bytes(fig, ext))
     return rows
+
+
+def _stored_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier validation.csv, by run id, numbers as numbers."""
+    try:
+        text = read_bounded(path, 16 << 20, "validation table").decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for r in csv.DictReader(io.StringIO(text)):
+        try:
+            row = {k: (r[k] if k in ("run_id", "protocol") else float(r[k])) for k in COLUMNS}
+        except (KeyError, TypeError, ValueError):
+            continue
+        row["learners"] = int(row["learners"])
+        out[row["run_id"]] = row
+    return out
 
 
 def median_abs_error(rows: list[dict[str, Any]]) -> float:
