@@ -108,6 +108,16 @@ def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
+def render_bytes(results: Results, formats: tuple[str, ...] = FORMATS) -> list[tuple[FigureSpec, dict[str, bytes]]]:
+    """Each applicable figure of ``results`` drawn once and encoded in every one of ``formats``."""
+    return [(spec, {fmt: figure_bytes(fig, fmt) for fmt in formats}) for spec, fig in render(results)]
+
+
+def save_figures(rendered: list[tuple[FigureSpec, dict[str, bytes]]], out: Path) -> list[Path]:
+    """Write each encoded figure as ``out/<name>.<fmt>``, each file atomically; the paths, in order."""
+    return [atomic_write(out / f"{spec.name}.{fmt}", data) for spec, enc in rendered for fmt, data in enc.items()]
+
+
 def write_figures(results_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
                   formats: tuple[str, ...] = FORMATS) -> list[Path]:
     """Draw every applicable figure of ``results_dir`` and write it as ``<name>.<fmt>``
@@ -115,11 +125,7 @@ def write_figures(results_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     atomically. Returns the paths written, in catalogue order."""
     results = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else results.root / "figures"
-    written = []
-    for spec, fig in render(results):
-        for fmt in formats:
-            written.append(atomic_write(out / f"{spec.name}.{fmt}", figure_bytes(fig, fmt)))
-    return written
+    return save_figures(render_bytes(results, formats), out)
 
 
-__all__ = ["FigureSpec", "FIGURES", "render", "figure_bytes", "write_figures"]
+__all__ = ["FigureSpec", "FIGURES", "render", "render_bytes", "save_figures", "figure_bytes", "write_figures"]

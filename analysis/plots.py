@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from ._figure import (ERROR_COLUMNS, LINESTYLES, describe, fmt_value, is_no_data
                       new_figure, no_data, panel_grid, panel_size, percent_axis,
                       plain_log2_axis, styles, text_color, use_log)
 from .metrics import config_sorted, pareto_front, sim_measured_pairs, speedups
+from .findings import learned
 from .table import Row, Table, config_key, is_number, label, labels, mean, varying_keys
 
 PANEL_KEY = ("learners", "minibatch")  # a panel shows one configuration across λ and μ
@@ -41,6 +43,20 @@ def _panels(rows: list[Row]) -> dict[tuple, list[Row]]:
     for r in config_sorted(rows):
         out.setdefault(config_key(r, omit=PANEL_KEY), []).append(r)
     return out
+
+
+def _merge_identical(panels: dict[tuple, list[Row]], keys: list[str],
+                     value: Callable[[Row], Any]) -> list[tuple[str, list[Row]]]:
+    """(title, rows) per panel, configurations whose runs show identical ``value`` at every
+    λ and μ sharing one panel titled "A ≡ B (identical)" (e.g. hardsync with any lr policy)."""
+    merged: dict[tuple, list[Row]] = {}
+    titles: dict[tuple, list[str]] = {}
+    for rs in panels.values():
+        sig = tuple(sorted((str(r.get("learners")), str(r.get("minibatch")), value(r)) for r in rs))
+        merged.setdefault(sig, rs)
+        titles.setdefault(sig, []).append(_panel_title(rs[0], keys))
+    return [(" ≡ ".join(titles[k]) + (" (identical)" if len(titles[k]) > 1 else ""), rs)
+            for k, rs in merged.items()]
 
 
 def _panel_title(row: Row, keys: list[str]) -> str:
@@ -106,26 +122,29 @@ def error_vs_time(curves: Table, summary: Table | None = None, *, target: float 
 
 def _error_panels(lines: dict[str, tuple[list[float], list[float]]], panels: dict[tuple, list[Row]],
                   keys: list[str], max_panels: int) -> Figure:
-    shown = list(panels.values())[:max_panels]
+    merged = _merge_identical(panels, keys, lambda r: tuple(map(tuple, lines[str(r["run_id"])])))
+    shown = [rs for _, rs in merged[:max_panels]]
+    heads = [t for t, _ in merged[:max_panels]]
     lams = sorted({r["learners"] for rs in shown for r in rs if is_number(r.get("learners"))})
     mus = sorted({r["minibatch"] for rs in shown for r in rs if is_number(r.get("minibatch"))})
-    shades = colormaps["viridis"](np.linspace(0.0, 0.9, max(1, len(lams))))
+    shades = (colormaps["tab10"](np.arange(len(lams))) if len(lams) <= 10  # few λ: distinct hues
+              else colormaps["viridis"](np.linspace(0.0, 0.9, len(lams))))
     color = {lam: shades[i] for i, lam in enumerate(lams)}
     style = {mu: LINESTYLES[i % len(LINESTYLES)] for i, mu in enumerate(mus)}
     fig = new_figure(*panel_size(len(shown), w=4.2, h=3.2))
-    for ax, rs in zip(panel_grid(fig, len(shown), share=True), shown):
+    for ax, rs, head in zip(panel_grid(fig, len(shown), share=True), shown, heads):
         for r in rs:
             ax.plot(*lines[str(r["run_id"])], color=color.get(r.get("learners"), "0.5"),
                     linestyle=style.get(r.get("minibatch"), "-"),
                     alpha=0.4 if r.get("diverged") is True else 1.0, linewidth=1.3)
-        ax.set_title(_panel_title(rs[0], keys), fontsize=9)
+        ax.set_title(head, fontsize=9)
     handles = [Line2D([], [], color=color[v], label=f"λ = {v:g}") for v in lams]
     handles += [Line2D([], [], color="0.3", linestyle=style[v], label=f"μ = {v:g}") for v in mus]
     if any(r.get("diverged") is True for rs in shown for r in rs):
         handles.append(Line2D([], [], color="0.3", alpha=0.4, label="diverged (faded)"))
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
-    if len(panels) > len(shown):
-        fig.text(0.01, 0.005, f"first {len(shown)} of {len(panels)} configurations", fontsize=8)
+    if len(merged) > len(shown):
+        fig.text(0.01, 0.005, f"first {len(shown)} of {len(merged)} configurations", fontsize=8)
     return fig
 
 
@@ -137,7 +156,8 @@ def heatmap(summary: Table, value: str = "final_test_error", *, cmap: str = "RdY
 
     Lower is better for the columns this is meant for, so colours run green (low) to
     red (high). One colour scale serves all panels; it spans the runs that did not
-    diverge (diverged cells show the top colour and say "diverged"), and is
+    diverge (diverged cells show the top colour and say "diverged"; a run that did not learn
+    says "no learning"), and is
     logarithmic for times that span more than 30×.
     """
     title = f"{describe(value)} by learners λ and minibatch μ"
@@ -150,15 +170,15 @@ def heatmap(summary: Table, value: str = "final_test_error", *, cmap: str = "RdY
         return no_data(title, f"no run has a numeric {value} with learners and minibatch")
     norm = _heat_norm(value, vals, [r[value] for r in rows
                                     if is_number(r.get(value)) and r.get("diverged") is not True])
-    panels = _panels(rows)
-    keys = varying_keys(rows)
+    panels = _merge_identical(_panels(rows), varying_keys(rows),
+                              lambda r: (r.get(value), r.get("diverged"), r.get("did_not_learn"), r.get("error")))
     fig = new_figure(*panel_size(len(panels), w=4.4, h=3.6))
     axes = panel_grid(fig, len(panels))
     colors = colormaps[cmap]
     image = None
-    for ax, prow in zip(axes, panels.values()):
+    for ax, (head, prow) in zip(axes, panels):
         image = _heat_panel(ax, prow, value, colors, norm)
-        ax.set_title(_panel_title(prow[0], keys), fontsize=10)
+        ax.set_title(head, fontsize=10 if len(head) < 40 else 8)
     bar = fig.colorbar(image, ax=axes, shrink=0.9, label=describe(value),
                        extend="max" if max(vals) > norm.vmax else "neither")
     if value in ERROR_COLUMNS:
@@ -190,7 +210,8 @@ def _heat_panel(ax: Axes, rows: list[Row], value: str, colors: Any, norm: Normal
     for (i, j), rs in cells.items():
         v = grid[i, j]
         text = ("failed" if all(r.get("error") for r in rs) else fmt_value(value, v)
-                + ("\ndiverged" if any(r.get("diverged") is True for r in rs) else ""))
+                + ("\ndiverged" if any(r.get("diverged") is True for r in rs)
+                   else "\nno learning" if any(r.get("did_not_learn") is True for r in rs) else ""))
         ink = text_color(colors(norm(v))) if math.isfinite(v) else "0.35"
         ax.text(j, i, text, ha="center", va="center", fontsize=8, color=ink)
     ax.set_xticks(range(len(lams)), [f"{v:g}" for v in lams])
@@ -208,7 +229,8 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
     ``stale`` has rows ``run_id, staleness, count`` plus, for titles and choice,
     ``protocol``, ``learners``, ``softsync_n`` (and any other configuration column).
     With more runs than ``max_panels``, each protocol configuration contributes in
-    turn its runs with the most learners first.
+    turn its runs with the most learners first. Runs with the same protocol, λ, μ and
+    histogram (one simulation replayed with different optimizers) are shown once.
     """
     title = "Staleness distribution per run"
     miss = _missing(stale, "run_id", "staleness", "count")
@@ -224,7 +246,18 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
             hist[r["staleness"]] = hist.get(r["staleness"], 0) + r["count"]
     if not runs:
         return no_data(title, "no positive staleness counts")
-    names = labels(heads.values())
+    keys = varying_keys(heads.values())
+    first: dict[tuple, str] = {}  # runs that share a simulation (e.g. differ in lr policy only) once
+    same: dict[str, list[Row]] = {}
+    for rid in list(heads):
+        sig = (*(str(heads[rid].get(c)) for c in ("protocol", "softsync_n", "learners", "minibatch")),
+               tuple(sorted(runs[rid].items())))
+        keep = first.setdefault(sig, rid)
+        same.setdefault(keep, []).append(heads[rid])
+        if keep != rid:
+            del heads[rid]
+    names = {rid: label(heads[rid], [k for k in keys if len({str(r.get(k)) for r in same[rid]}) == 1])
+             for rid in heads}
     shown = config_sorted(_round_robin(list(heads.values()), max_panels))
     fig = new_figure(*panel_size(len(shown), w=4.0, h=3.0))
     for ax, head in zip(panel_grid(fig, len(shown)), shown):
@@ -271,7 +304,8 @@ def _staleness_panel(ax: Axes, hist: dict[float, float], head: Row) -> None:
 # -- speed-up -------------------------------------------------------------------------------
 def speedup(summary: Table, metric: str = "sim_time_s") -> Figure:
     """Speed-up ``T(λ=1) / T(λ)`` of ``metric`` against learners on log2 axes, one line
-    per configuration, with the ideal (linear) line; see :func:`speedups` for the rule."""
+    per configuration (configurations with identical speed-ups share one line, its label
+    counting the others), with the ideal (linear) line; see :func:`speedups` for the rule."""
     what = "run time" if metric == "sim_time_s" else describe(metric)
     title = f"Speed-up of {what} over one learner"
     data = speedups(summary or Table(), metric)
@@ -279,11 +313,14 @@ def speedup(summary: Table, metric: str = "sim_time_s") -> Figure:
         return no_data(title, f"no λ = 1 baseline with {metric}")
     fig = new_figure(7.5, 4.8)
     ax = fig.add_subplot()
-    names = list(dict.fromkeys(d["series"] for d in data))
-    for name, (color, style) in zip(names, styles(len(names))):
-        pts = [d for d in data if d["series"] == name]
-        ax.plot([d["learners"] for d in pts], [d["speedup"] for d in pts], marker="o",
-                markersize=4, color=color, linestyle=style, label=name)
+    series: dict[tuple, list[str]] = {}  # series with identical points drawn once
+    for name in dict.fromkeys(d["series"] for d in data):
+        sig = tuple((d["learners"], d["speedup"]) for d in data if d["series"] == name)
+        series.setdefault(sig, []).append(name)
+    for (sig, same), (color, style) in zip(series.items(), styles(len(series))):
+        text = same[0] + (f" (≡ {len(same) - 1} more: identical)" if len(same) > 1 else "")
+        ax.plot([lam for lam, _ in sig], [v for _, v in sig], marker="o",
+                markersize=4, color=color, linestyle=style, label=text)
     lams = sorted({d["learners"] for d in data})
     ax.plot([min(lams), max(lams)], [min(lams), max(lams)], color="black", linestyle="--",
             linewidth=1, label="ideal (linear)")
@@ -302,9 +339,11 @@ def speedup(summary: Table, metric: str = "sim_time_s") -> Figure:
 # -- Pareto ---------------------------------------------------------------------------------
 def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
            *, max_names: int = 4) -> Figure:
-    """All runs as points (colour = protocol, × = diverged) and the Pareto frontier
-    (minimise both, :func:`pareto_front`) as a step line. Up to ``max_names`` frontier
-    runs are named beside their point; more are numbered and named in a legend."""
+    """All runs as points and the Pareto frontier of the runs that learned (minimise both,
+    :func:`pareto_front`) as a step line. Each configuration without λ and μ (protocol,
+    n, swept keys such as the lr policy) has its own colour and marker; a run that did not
+    learn is drawn hollow, one that diverged as ×. Up to ``max_names`` frontier runs are
+    named beside their point; more are numbered and named in a legend."""
     title = f"Pareto frontier: {describe(y)} vs {describe(x)}"
     miss = _missing(summary, x, y)
     if miss:
@@ -315,16 +354,34 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     names = labels(rows)
     fig = new_figure(8.5, 5.0)
     ax = fig.add_subplot()
-    protos = list(dict.fromkeys(str(r.get("protocol")) for r in config_sorted(rows)))
-    for proto, (color, _) in zip(protos, styles(len(protos))):
-        for div, marker in ((False, "o"), (True, "x")):
-            pts = [r for r in rows if str(r.get("protocol")) == proto and (r.get("diverged") is True) == div]
+    keys = varying_keys(rows)
+    groups: dict[tuple, list[Row]] = {}  # configurations with identical points drawn once
+    texts: dict[tuple, list[str]] = {}
+    for rs in _panels(rows).values():
+        sig = tuple(sorted((str(r.get("learners")), str(r.get("minibatch")), r[x], r[y]) for r in rs))
+        groups.setdefault(sig, rs)
+        texts.setdefault(sig, []).append(_panel_title(rs[0], keys))
+    for (sig, rs), (color, _), marker in zip(groups.items(), styles(len(groups)), _markers(len(groups))):
+        text = " ≡ ".join(texts[sig]) + (" (identical)" if len(texts[sig]) > 1 else "") \
+            if len(groups) > 1 or len(texts[sig]) > 1 else "runs"
+        kinds = ((lambda r: not _stuck(r) and r.get("diverged") is not True, color),
+                 (lambda r: _stuck(r) and r.get("diverged") is not True, "none"),
+                 (lambda r: r.get("diverged") is True, color))
+        for i, (pick, face) in enumerate(kinds):
+            pts = [r for r in rs if pick(r)]
             if pts:
-                ax.scatter([r[x] for r in pts], [r[y] for r in pts], color=color, marker=marker,
-                           alpha=0.7, s=26, label=proto + (" (diverged)" if div else ""))
-    front = pareto_front(rows, x, y)
-    ax.step([r[x] for r in front], [r[y] for r in front], where="post", color="black",
-            linewidth=1.2, label="Pareto frontier", zorder=3)
+                paint = {"color": color} if i == 2 else {"facecolors": face, "edgecolors": color}
+                ax.scatter([r[x] for r in pts], [r[y] for r in pts], marker="x" if i == 2 else marker,
+                           alpha=0.8, s=34, linewidths=1.2, label=text, **paint)
+                text = None  # one legend entry per configuration, whichever kind comes first
+    if any(_stuck(r) and r.get("diverged") is not True for r in rows):
+        ax.scatter([], [], facecolors="none", edgecolors="0.3", marker="o", label="(hollow: did not learn)")
+    if any(r.get("diverged") is True for r in rows):
+        ax.scatter([], [], color="0.3", marker="x", label="(×: diverged)")
+    front = pareto_front([r for r in rows if learned(r)], x, y) if y in ERROR_COLUMNS else pareto_front(rows, x, y)
+    if front:
+        ax.step([r[x] for r in front], [r[y] for r in front], where="post", color="black",
+                linewidth=1.2, label="Pareto frontier", zorder=3)
     numbered = len(front) > max_names
     spots: dict[tuple[float, float], list[str]] = {}  # tied runs share one annotation
     for i, r in enumerate(front, 1):
@@ -348,6 +405,17 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return fig
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "<", "*", ">", "h")
+
+
+def _stuck(r: Row) -> bool:
+    return r.get("did_not_learn") is True
+
+
+def _markers(n: int) -> list[str]:
+    return [MARKERS[i % len(MARKERS)] for i in range(n)]
 
 
 # -- simulated vs measured ------------------------------------------------------------------

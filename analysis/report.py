@@ -16,7 +16,8 @@ from typing import Any
 
 from ._figure import fmt_value
 from ..simulator.files import atomic_write
-from .figures import figure_bytes, render
+from .figures import FORMATS, FigureSpec, render_bytes, save_figures
+from .findings import answers, findings, learned
 from .metrics import pareto_front
 from .results import Results, load_results
 from .table import Table, is_number, labels
@@ -48,10 +49,23 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     return atomic_write(path, report_html(results, image_format))
 
 
-def report_html(results: Results, image_format: str = "svg") -> str:
-    """The report page of ``results`` as one HTML string (see the module rules)."""
-    figures = [(spec, _data_uri(figure_bytes(fig, image_format), image_format))
-               for spec, fig in render(results)]
+def write_figures_and_report(results_dir: str | os.PathLike[str]) -> tuple[list[Path], Path]:
+    """``results_dir/figures/<name>.png|svg`` and ``results_dir/report.html``, each figure
+    drawn once for both. Returns (figure paths, report path)."""
+    results = load_results(results_dir)
+    rendered = render_bytes(results, FORMATS)
+    figures = save_figures(rendered, results.root / "figures")
+    page = report_html(results, "svg", rendered)
+    return figures, atomic_write(results.root / "report.html", page)
+
+
+def report_html(results: Results, image_format: str = "svg",
+                rendered: list[tuple[FigureSpec, dict[str, bytes]]] | None = None) -> str:
+    """The report page of ``results`` as one HTML string (see the module rules); ``rendered``
+    reuses figures already encoded (:func:`.figures.render_bytes`) in ``image_format``."""
+    if rendered is None:
+        rendered = render_bytes(results, (image_format,))
+    figures = [(spec, _data_uri(enc[image_format], image_format)) for spec, enc in rendered]
     name = html.escape(results.name)
     nav = "".join(f'<li><a href="#fig-{spec.name}">{html.escape(spec.title)}</a></li>'
                   for spec, _ in figures) + '<li><a href="#summary">Summary table</a></li>'
@@ -83,6 +97,9 @@ def _meta(results: Results) -> str:
     diverged = sum(1 for v in s.column("diverged") if v is True)
     if diverged:
         parts.append(f"{diverged} diverged")
+    stuck = sum(1 for r in s if r.get("did_not_learn") is True and r.get("diverged") is not True)
+    if stuck:
+        parts.append(f"{stuck} did not learn")
     failed = sum(1 for v in s.column("error") if v)
     if failed:
         parts.append(f"{failed} failed (see the error column)")
@@ -93,33 +110,20 @@ def _meta(results: Results) -> str:
 
 
 def _highlights(results: Results) -> str:
-    """Key answers: lowest final error, fastest to target, the time/error frontier."""
+    """What the sweep found (:func:`.findings.findings`), then the key answers: lowest final
+    error, fastest to target, shortest run (runs that learned; ties to the shorter time) and
+    the time/error frontier of the runs that learned."""
     rows = list(results.summary)
     if not rows:
         return ""
     names = labels(rows)
-    items = []
-
-    def best(col: str) -> dict[str, Any] | None:
-        ok = [r for r in rows if is_number(r.get(col)) and r.get("diverged") is not True]
-        return min(ok, key=lambda r: r[col]) if ok else None
-
-    if r := best("final_test_error"):
-        items.append(f"Lowest final test error: <b>{_esc(names[str(r['run_id'])])}</b>, "
-                     f"{fmt_value('final_test_error', r['final_test_error'])}"
-                     + (f" after {fmt_value('sim_time_s', r['sim_time_s'])}"
-                        if is_number(r.get("sim_time_s")) else ""))
-    if r := best("time_to_target_s"):
-        items.append(f"Fastest to the target error: <b>{_esc(names[str(r['run_id'])])}</b>, "
-                     f"{fmt_value('time_to_target_s', r['time_to_target_s'])}")
-    front = pareto_front(rows)
+    items = [_esc(f) for f in findings(rows)]
+    items += [f"{q}: <b>{_esc(names[str(r['run_id'])])}</b>, {_esc(v)}" for q, r, v in answers(rows)]
+    front = pareto_front([r for r in rows if learned(r)])
     if front:
         items.append("Pareto-optimal runs (time, final error): " + "; ".join(
             f"{_esc(names[str(r['run_id'])])} ({fmt_value('sim_time_s', r['sim_time_s'])}, "
             f"{fmt_value('final_test_error', r['final_test_error'])})" for r in front))
-    if r := best("sim_time_s"):
-        items.append(f"Shortest simulated run: <b>{_esc(names[str(r['run_id'])])}</b>, "
-                     f"{fmt_value('sim_time_s', r['sim_time_s'])}")
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
 
 
@@ -139,21 +143,21 @@ def _cell(v: Any) -> tuple[str, bool]:
 
 
 def _summary_table(summary: Table) -> str:
-    """All summary columns, Pareto-optimal rows highlighted, diverged rows red."""
+    """All summary columns, Pareto-optimal rows highlighted, rows that diverged or did not learn red."""
     if not summary:
         return "<p>No summary.csv in this results directory.</p>"
-    front = {id(r) for r in pareto_front(summary.rows)}
+    front = {id(r) for r in pareto_front([r for r in summary.rows if learned(r)])}
     head = "".join(f"<th>{_esc(c)}</th>" for c in summary.columns)
     body = []
     for r in summary:
-        cls = "front" if id(r) in front else "diverged" if r.get("diverged") is True else ""
+        cls = "front" if id(r) in front else "diverged" if not learned(r) and r.get("final_test_error") is not None else ""
         cells = "".join(f'<td class="text">{t}</td>' if is_text else f"<td>{t}</td>"
                         for t, is_text in (_cell(r.get(c)) for c in summary.columns))
         body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
     note = ("<p>Rows in green are Pareto-optimal (no run is both faster and more accurate); "
-            "red rows diverged.</p>" if front else "")
+            "red rows diverged or did not learn.</p>" if front else "")
     return (f'{note}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
-__all__ = ["write_report", "report_html"]
+__all__ = ["write_report", "write_figures_and_report", "report_html"]

@@ -34,7 +34,8 @@ class BackendResult:
     ``curves``: one dict per evaluation with keys ``epoch``, ``updates``, ``sim_time_s``,
     ``test_error``, ``train_loss`` (and optionally ``consensus_distance``).
     ``summary``: ``final_test_error``, ``best_test_error``, ``time_to_target_s`` (None if
-    never reached), ``diverged`` (bool), ``diverged_at_update`` (None or int).
+    never reached), ``diverged`` (bool), ``diverged_at_update`` (None or int), ``did_not_learn``
+    (bool: no better than chance, or than the first evaluation; see ``replay.did_not_learn``).
     ``trace``: a measured trace, for backends that produce one (live); else None.
     ``final_weights``: the flat parameters each node ended with, where the backend knows
     them (live: the server's, or every node's).

@@ -58,18 +58,42 @@ def make_replayer(trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
     return StackedReplayer(trace, model, data, opt, batched=batched, **kw)
 
 
+def chance_error(labels: Any) -> float:
+    """The test error of the best constant guess: 1 − (share of the most frequent label)."""
+    counts = labels.bincount()
+    return 1.0 - float(counts.max()) / max(1, int(counts.sum()))
+
+
+def did_not_learn(errors: list[float], chance: float, n_test: int) -> bool:
+    """The run did not learn: its final test error is no better than chance (not below the
+    chance error by two standard errors of a test set of ``n_test``), or no better than its
+    first evaluation while that was still above half the chance error (it got stuck or got
+    worse before training took hold). A non-finite final error (diverged) did not learn."""
+    if not errors:
+        return False
+    final = errors[-1]
+    if not math.isfinite(final):
+        return True
+    margin = 2.0 * math.sqrt(chance * (1.0 - chance) / max(1, n_test))
+    return final >= chance - margin or (errors[0] >= chance / 2 and final >= errors[0])
+
+
 def summarize(curves: list[dict[str, Any]], target_error: float, diverged: bool,
-              diverged_at_update: int | None) -> dict[str, Any]:
-    """The summary keys of :class:`BackendResult` from the measured curves."""
+              diverged_at_update: int | None, chance: float | None = None, n_test: int = 0) -> dict[str, Any]:
+    """The summary keys of :class:`BackendResult` from the measured curves (``did_not_learn``
+    only when the chance error of the test set is given)."""
     errors = [r["test_error"] for r in curves]
     hit = next((r["sim_time_s"] for r in curves if r["test_error"] <= target_error), None)
-    return {
+    out = {
         "final_test_error": errors[-1] if errors else math.nan,
         "best_test_error": min(errors) if errors else math.nan,
         "time_to_target_s": hit,
         "diverged": bool(diverged),
         "diverged_at_update": diverged_at_update if diverged else None,
     }
+    if chance is not None:
+        out["did_not_learn"] = bool(diverged) or did_not_learn(errors, chance, n_test)
+    return out
 
 
 class ReplayBackend:
@@ -89,5 +113,6 @@ class ReplayBackend:
             opt = Optimizer(point["optimizer"], float(sigma))
             rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
             curves = rep.run()
-        summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update)
+        summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update,
+                            chance_error(data.test_y), len(data.test_y))
         return BackendResult(curves=curves, summary=summary, trace=None)

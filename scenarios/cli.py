@@ -43,14 +43,18 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
     if backend == "live" and any(p["live"]["compute"] == "emulated" for p in scenario.points()):
         print("final err: not measured where live.compute = \"emulated\" (learners sleep; no gradients)")
     print(f"results: {out / 'summary.csv'}")
-    if getattr(args, "report", False) and records:
-        from ..analysis.figures import write_figures
-        from ..analysis.report import write_report
+    if backend and records:
+        from ..analysis.findings import findings
 
-        figures = write_figures(out)
+        for line in findings(r["row"] for r in records if r["row"].get("error") is None):
+            print(f"* {line}")
+    if getattr(args, "report", False) and records:
+        from ..analysis.report import write_figures_and_report
+
+        figures, report = write_figures_and_report(out)
         if figures:
             print(f"figures: {len(figures)} files in {figures[0].parent}")
-        print(f"report: {write_report(out)}")
+        print(f"report: {report}")
     failed = sum(r["row"].get("error") is not None for r in records)
     return 1 if failed else 0
 

@@ -165,8 +165,8 @@ SIM_TABLE = [("run_id", "run"), ("protocol", "protocol"), ("learners", "λ"), ("
              ("sim_time_s", "time"), ("gradients_per_s", "grad/s"), ("staleness_mean", "σ mean"),
              ("staleness_max", "σ max"), ("server_utilization", "server util")]
 RUN_TABLE = SIM_TABLE[:6] + [("staleness_mean", "σ mean"), ("final_test_error", "final err"),
-                             ("best_test_error", "best err"), ("time_to_target_s", "to target s"),
-                             ("diverged", "diverged")]
+                             ("best_test_error", "best err"), ("time_to_target_s", "to target"),
+                             ("diverged", "diverged"), ("did_not_learn", "did not learn")]
 
 
 def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download: bool) -> None:

@@ -41,7 +41,7 @@ RESULT_MAX_BYTES = 256 << 20
 LEAD_COLUMNS = ["run_id", "protocol", "learners", "minibatch", "softsync_n"]
 SIM_COLUMNS = ["gradients", "updates", "sim_time_s", "gradients_per_s", "staleness_mean", "staleness_p50",
                "staleness_p99", "staleness_max", "server_utilization", "server_wait_mean_s"]
-BACKEND_COLUMNS = ["final_test_error", "best_test_error", "time_to_target_s", "diverged"]
+BACKEND_COLUMNS = ["final_test_error", "best_test_error", "time_to_target_s", "diverged", "did_not_learn"]
 COVERED = ["protocol.name", "cluster.learners", "cluster.minibatch", "protocol.n"]
 TAIL = ["error", "wall_s"]
 TABLE_EVERY_S = 1.0
@@ -290,7 +290,7 @@ SMALL_SWEEP = 8  # simulations: in-process below this (a worker that imports tor
 def default_jobs(tasks: int) -> int:
     """Worker processes: none (in-process) for a small sweep of at most ``SMALL_SWEEP``
     simulations, else one per core, at most one per simulation. On this project's 2-core
-    machine the demo (3 simulations, 5 replays) took 1.3–1.6× longer with 2 worker processes
+    machine a 6-point sweep of the demo (3 simulations, 5 replays) took 1.3–1.6× longer with 2 worker processes
     than in-process: each worker imports torch again."""
     if tasks <= SMALL_SWEEP:
         return 1

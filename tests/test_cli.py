@@ -182,19 +182,35 @@ def test_failed_calibration_leaves_no_profile(tmp_path: Path, monkeypatch: pytes
 def test_readme_demo_runs_end_to_end(tmp_path: Path) -> None:
     # Truths: the README's first command; hardsync has σ = 0, so its two learning-rate policies
     # are the same run; Rudra's finding — at λ = 30 async with a constant rate does not learn
-    # (error near chance), dividing it by each gradient's staleness does
+    # (error near chance: flagged), dividing it by each gradient's staleness does; with μλ =
+    # 3840 > the 1437 training images hardsync makes 8 updates in 20 epochs and errs more than
+    # at μλ = 8. The user sees: where the figures and the report are, and the findings.
+    import stat
     import subprocess
     import sys
 
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", "run", "demo", "--out", str(out),
-                           "--quiet", "--device", "cpu"], capture_output=True, text=True, timeout=600)
+                           "--quiet", "--device", "cpu"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"report: {out / 'report.html'}" in proc.stdout
-    rows = {(r["protocol"], r["optimizer.lr_policy"]): r for r in read_csv(out / "summary.csv")}
-    assert len(rows) == 6 and all(r["error"] == "" for r in rows.values())
+    assert f"figures: 16 files in {out / 'figures'}" in proc.stdout
+    rows = {(r["protocol"], r["optimizer.lr_policy"], int(r["learners"]), int(r["minibatch"])): r
+            for r in read_csv(out / "summary.csv")}
+    assert len(rows) == 2 * 3 * 4 * 3 and all(r["error"] == "" for r in rows.values())
     err = {k: float(r["final_test_error"]) for k, r in rows.items()}
-    assert err[("hardsync", "constant")] == err[("hardsync", "per_gradient")]
-    assert err[("async", "constant")] > 0.7 and err[("async", "per_gradient")] < 0.1
-    assert (out / "report.html").stat().st_size > 10_000
-    assert len(read_csv(out / "curves.csv")) >= 6 * 20
+    for lam in (1, 4, 16, 30):
+        for mu in (8, 32, 128):
+            assert err[("hardsync", "constant", lam, mu)] == err[("hardsync", "per_gradient", lam, mu)]
+    assert err[("async", "constant", 30, 8)] > 0.7 and err[("async", "per_gradient", 30, 8)] < 0.1
+    assert rows[("async", "constant", 30, 8)]["did_not_learn"] == "True"
+    assert rows[("async", "per_gradient", 30, 8)]["did_not_learn"] == "False"
+    assert err[("hardsync", "constant", 30, 128)] > err[("hardsync", "constant", 1, 8)] + 0.1
+    assert "does not learn at λ = 30, μ = 8" in proc.stdout and "Error tracks the total minibatch μλ" in proc.stdout
+    page = (out / "report.html").read_text()
+    assert "async with a constant learning rate does not learn at λ = 30, μ = 8" in page
+    figs = sorted(p.name for p in (out / "figures").iterdir())
+    assert len(figs) == 16 and {p.rsplit(".", 1)[1] for p in figs} == {"png", "svg"}
+    for f in [out / "summary.csv", out / "curves.csv", out / "report.html", out / "figures" / figs[0]]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+    assert len(read_csv(out / "curves.csv")) >= 72 * 20

@@ -284,7 +284,7 @@ def test_same_seed_same_curves():
     assert [r["train_loss"] for r in r1.curves[1:]] != [r["train_loss"] for r in r3.curves[1:]]
     assert set(r1.curves[0]) == {"epoch", "updates", "sim_time_s", "test_error", "train_loss"}
     assert set(r1.summary) == {"final_test_error", "best_test_error", "time_to_target_s", "diverged",
-                               "diverged_at_update"}
+                               "diverged_at_update", "did_not_learn"}
 
 
 # (e) ------------------------------------------------------------------------------------

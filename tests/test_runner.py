@@ -119,7 +119,7 @@ def test_sigterm_stops_a_parallel_sweep_promptly_and_keeps_what_finished(tmp_pat
 
 
 def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # truth: the demo's 6 points are 3 simulations (the learning-rate policy is not simulated)
+    # truth: the demo's 6 points at λ = 30, μ = 8 are 3 simulations (the learning-rate policy is not simulated)
     # and 5 replays (hardsync has σ = 0: per_gradient is its constant policy); rows stay 6
     import ddlsim.simulator.run as simrun
     from ddlsim.backends.replay import ReplayBackend
@@ -131,7 +131,7 @@ def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypat
     monkeypatch.setattr(simrun, "simulate", lambda p, engine="auto": (sims.append(p["_id"]), real_sim(p, engine))[1])
     monkeypatch.setattr(ReplayBackend, "run", lambda self, t, p, o=None: (replays.append(p["_id"]),
                                                                            real_run(self, t, p, o))[1])
-    scenario = load(resolve_scenario("demo"), ["workload.epochs=1"])
+    scenario = load(resolve_scenario("demo"), ["workload.epochs=1", "cluster.learners=30", "cluster.minibatch=8"])
     records = runner.run_sweep(scenario, tmp_path, backend="replay", options={"device": "cpu"}, jobs=1,
                                progress=False, traces=True)
     assert len(records) == 6 and len(sims) == 3 and len(replays) == 5

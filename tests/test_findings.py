@@ -1,0 +1,125 @@
+"""The "did not learn" rule, the findings the report leads with, tie-breaks, and the figures
+that keep configurations apart (hand-built rows; truths computed by hand or by scipy)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from ddlsim.analysis import plots
+from ddlsim.analysis.findings import answers, findings, minibatch_finding, spearman, staleness_finding
+from ddlsim.analysis.table import Table
+from ddlsim.backends.replay import chance_error, did_not_learn, summarize
+
+
+# -- did not learn --------------------------------------------------------------------------
+def test_chance_error_is_one_minus_the_majority_share():
+    # 10 labels: six 3s, four 1s → the best constant guess ("3") errs on 4 of 10
+    assert chance_error(torch.tensor([3, 3, 1, 3, 1, 3, 3, 1, 3, 1])) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("errors, expected", [
+    ([0.886, 0.30, 0.05, 0.02], False),      # learned
+    ([0.886, 0.90, 0.88, 0.869], True),      # stuck near chance (0.9 − 2·0.0158 = 0.868)
+    ([0.886, 0.80, 0.85, 0.87], True),       # no better than chance within two standard errors
+    ([0.886, 0.85, 0.86, 0.86], False),      # 0.86 < 0.868: better than chance, and than t = 0
+    ([0.60, 0.40, 0.62], True),              # no better than the first evaluation (0.60 ≥ 0.45)
+    ([0.30, 0.10, 0.31], False),             # first evaluation already below half of chance
+    ([0.886, 0.2, math.nan], True),          # a non-finite error is not a model
+    ([], False),
+])
+def test_did_not_learn_by_hand(errors, expected):
+    # chance 0.9 on 360 test images: margin 2·sqrt(0.9·0.1/360) = 0.0316
+    assert did_not_learn(errors, 0.9, 360) is expected
+
+
+def test_summary_carries_the_flag_and_diverged_runs_did_not_learn():
+    rows = [{"test_error": e, "sim_time_s": t} for e, t in ((0.886, 0.0), (0.2, 1.0), (0.05, 2.0))]
+    assert summarize(rows, 0.1, False, None, 0.9, 360)["did_not_learn"] is False
+    assert summarize(rows, 0.1, True, 7, 0.9, 360)["did_not_learn"] is True
+    assert "did_not_learn" not in summarize(rows, 0.1, False, None)  # no data set facts: no claim
+
+
+# -- findings ---------------------------------------------------------------------------------
+def row(proto, lam, mu, pol, err, t, sigma, **kw):
+    return {"run_id": f"{proto}-{lam}-{mu}-{pol}", "protocol": proto, "learners": lam, "minibatch": mu,
+            "softsync_n": None, "optimizer.lr_policy": pol, "final_test_error": err, "sim_time_s": t,
+            "staleness_mean": sigma, "diverged": False, "did_not_learn": err > 0.8, "updates": 100, **kw}
+
+
+def sweep():
+    rows = []
+    for lam, mu, e in ((1, 8, 0.02), (4, 8, 0.02), (4, 32, 0.03), (16, 32, 0.05), (30, 32, 0.08), (30, 128, 0.40)):
+        for pol in ("constant", "per_gradient"):
+            rows.append(row("hardsync", lam, mu, pol, e, 10.0 / lam, 0.0))
+    for lam in (4, 30):
+        rows.append(row("async", lam, 8, "constant", 0.89, 6.0 / lam, lam - 1.0))
+        rows.append(row("async", lam, 8, "per_gradient", 0.025, 6.0 / lam, lam - 1.0))
+    rows += [row("hardsync", 30, 8, pol, 0.022, 10.0 / 30, 0.0) for pol in ("constant", "per_gradient")]
+    return rows
+
+
+def test_staleness_finding_names_the_largest_failing_case_and_the_time_saved():
+    text = staleness_finding(sweep())
+    # async λ=30 μ=8: constant 89.0 %, per_gradient 2.5 % in 0.2 s; hardsync there 2.2 % in 0.333 s
+    assert text.startswith("async with a constant learning rate does not learn at λ = 30, μ = 8 (89.0 % test error")
+    assert "brings it to 2.5 % (hardsync: 2.2 %) in 40 % less time (0.2 s against hardsync's 0.333 s)" in text
+
+
+def test_staleness_finding_needs_both_policies_and_a_failure():
+    rows = [r for r in sweep() if r["optimizer.lr_policy"] == "per_gradient"]
+    assert staleness_finding(rows) is None
+    healthy = [dict(r, final_test_error=0.03, did_not_learn=False) for r in sweep()]
+    assert staleness_finding(healthy) is None
+
+
+def test_minibatch_finding_only_for_a_clear_trend():
+    text = minibatch_finding(sweep())
+    # hardsync distinct (λ, μ): μλ = 8, 32, 128, 512, 960, 240 (λ30 μ8), 3840
+    assert "40.0 % at μλ = 3840 (λ = 30, μ = 128, 100 updates)" in text
+    flat = [dict(r, final_test_error=0.05 - 0.001 * r["learners"] * r["minibatch"] / 3840) for r in sweep()]
+    assert minibatch_finding(flat) is None  # error falls with μλ: nothing to say
+
+
+def test_spearman_matches_scipy_with_ties():
+    x = [8, 32, 128, 512, 960, 240, 3840, 32, 8]
+    y = [0.02, 0.02, 0.03, 0.05, 0.08, 0.022, 0.4, 0.02, 0.03]
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_ties_go_to_the_shorter_run_and_stuck_runs_never_win():
+    rows = [row("hardsync", 30, 8, "constant", 0.025, 1.6, 0.0),
+            row("async", 30, 8, "per_gradient", 0.025, 1.02, 29.0),
+            row("async", 30, 8, "constant", 0.9, 0.5, 29.0)]
+    got = {q: r["run_id"] for q, r, _ in answers(rows)}
+    assert got["Lowest final test error"] == "async-30-8-per_gradient"
+    assert got["Shortest simulated run"] == "async-30-8-per_gradient"  # the 0.5 s run did not learn
+    assert any("1 of 3 runs did not learn" in f for f in findings(rows))
+
+
+# -- figures keep configurations apart ------------------------------------------------------
+def test_pareto_gives_each_configuration_its_own_colour_and_marker():
+    fig = plots.pareto(Table(sweep()))
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    # hardsync's two policies coincide: one entry saying so; async's differ: two entries
+    assert "hardsync constant ≡ hardsync per_gradient (identical)" in legend
+    assert "async constant" in legend and "async per_gradient" in legend
+    assert "Pareto frontier" in legend and "(hollow: did not learn)" in legend
+    styles = {(tuple(c.get_edgecolor()[0]), c.get_paths()[0].vertices.shape) for c in ax.collections if c.get_offsets().size}
+    assert len(styles) == 3  # async constant, async per_gradient, hardsync
+
+
+def test_error_panels_merge_identical_configurations():
+    rows = sweep()
+    curves = Table([{"run_id": r["run_id"], "sim_time_s": t, "test_error": r["final_test_error"] + 0.1 / t}
+                    for r in rows for t in (0.5, 1.0, 2.0)])
+    fig = plots.error_vs_time(curves, Table(rows), max_lines=4)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["async constant", "async per_gradient", "hardsync constant ≡ hardsync per_gradient (identical)"]
