@@ -115,11 +115,10 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
                 c.note = (f"its first evaluation comes at {secs(first)}, after the {secs(budget_s)} budget"
                           if math.isfinite(first) else "it never evaluates a trained model")
         live = [c for c in live if c.status == "candidate"]
-        # epochs compared to 0.1: evaluations of different protocols land a few samples apart
-        live.sort(key=lambda c: (c.risky, -round(c.epochs_by(budget_s), 1), c.sigma, -c.updates_per_epoch,
-                                 c.index))
+        # steps compared to 1 %: evaluations of different protocols land a few samples apart
+        live.sort(key=lambda c: (c.risky, -_sig(c.steps_by(budget_s)), c.sigma, c.index))
     else:
-        live.sort(key=lambda c: (c.risky, c.sec_per_epoch, c.sigma, -c.updates_per_epoch, c.index))
+        live.sort(key=lambda c: (c.risky, _sig(c.sec_per_step), c.sigma, c.index))
     for r, c in enumerate(live, 1):
         c.rank = r
 
@@ -167,6 +166,11 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
     atomic_write(out / "advice.txt", render(advice) + "\n")
     atomic_write(out / "advice.csv", advice_csv(advice))
     return advice
+
+
+def _sig(v: float) -> float:
+    """``v`` to two significant digits (predictions closer than that are ties)."""
+    return float(f"{v:.2g}") if math.isfinite(v) else v
 
 
 def _best_time(done: list[Candidate]) -> float | None:

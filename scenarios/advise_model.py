@@ -112,6 +112,24 @@ class Candidate:
         ev = self.eval_by(t)
         return ev[1] if ev else 0.0
 
+    @property
+    def step_weight(self) -> float:
+        """What one update is worth against a fresh full-rate one: 1/⟨σ⟩ under a staleness-aware
+        rate that really scales (each step divided by its staleness), else 1."""
+        return 1.0 / max(1.0, self.sigma) if self.effective_policy() != "constant" else 1.0
+
+    def steps_by(self, t: float) -> float:
+        """The prediction for a budget: full-rate updates made by the last evaluation at or before
+        ``t``. Updates, not epochs: at a fixed number of samples the error grows with the total
+        minibatch μλ (Rudra's rule), i.e. with fewer updates."""
+        return self.epochs_by(t) * self.updates_per_epoch * self.step_weight
+
+    @property
+    def sec_per_step(self) -> float:
+        """The prediction for a target: simulated seconds per full-rate update."""
+        per = self.updates_per_epoch * self.step_weight
+        return self.sec_per_epoch / per if per > 0 else math.inf
+
 
 def is_number(v: Any) -> bool:
     """A finite int or float (not a bool)."""

@@ -1,0 +1,77 @@
+"""The README's first command, run once through the CLI, and what a user reads from it: the
+files and their modes, the rows, the findings, the figures; then `advise` on the same sweep
+against the demo's full replay (every point replayed: the truth)."""
+
+from __future__ import annotations
+
+import csv
+import re
+import stat
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "ddlsim.scenarios.cli"]
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    proc = subprocess.run(CLI + ["run", "demo", "--out", str(out), "--quiet", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, proc
+
+
+def test_readme_demo_runs_end_to_end(demo) -> None:
+    # Truths: hardsync has σ = 0, so its two learning-rate policies are the same run; Rudra's
+    # finding — at λ = 30 async with a constant rate does not learn (error near chance:
+    # flagged), dividing it by each gradient's staleness does; with μλ = 3840 > the 1437
+    # training images hardsync makes 8 updates in 20 epochs and errs more than at μλ = 8.
+    out, proc = demo
+    assert f"report: {out / 'report.html'}" in proc.stdout
+    assert f"figures: 16 files in {out / 'figures'}" in proc.stdout
+    rows = {(r["protocol"], r["optimizer.lr_policy"], int(r["learners"]), int(r["minibatch"])): r
+            for r in read_csv(out / "summary.csv")}
+    assert len(rows) == 2 * 3 * 4 * 3 and all(r["error"] == "" for r in rows.values())
+    err = {k: float(r["final_test_error"]) for k, r in rows.items()}
+    for lam in (1, 4, 16, 30):
+        for mu in (8, 32, 128):
+            assert err[("hardsync", "constant", lam, mu)] == err[("hardsync", "per_gradient", lam, mu)]
+    assert err[("async", "constant", 30, 8)] > 0.7 and err[("async", "per_gradient", 30, 8)] < 0.1
+    assert rows[("async", "constant", 30, 8)]["did_not_learn"] == "True"
+    assert rows[("async", "per_gradient", 30, 8)]["did_not_learn"] == "False"
+    assert err[("hardsync", "constant", 30, 128)] > err[("hardsync", "constant", 1, 8)] + 0.1
+    assert "does not learn at λ = 30, μ = 8" in proc.stdout and "Error tracks the total minibatch μλ" in proc.stdout
+    page = (out / "report.html").read_text()
+    assert "async with a constant learning rate does not learn at λ = 30, μ = 8" in page
+    figs = sorted(p.name for p in (out / "figures").iterdir())
+    assert len(figs) == 16 and {p.rsplit(".", 1)[1] for p in figs} == {"png", "svg"}
+    for f in [out / "summary.csv", out / "curves.csv", out / "report.html", out / "figures" / figs[0]]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+    assert len(read_csv(out / "curves.csv")) >= 72 * 20
+
+
+def test_advise_with_four_replays_is_within_two_test_samples_of_the_best(demo, tmp_path: Path) -> None:
+    # truth: the demo's full replay — the lowest test error at the last evaluation by 1 s over
+    # all 72 points; advise replays only the 4 it ranks first (docs/advise.md)
+    out, _ = demo
+    curves: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in read_csv(out / "curves.csv"):
+        curves[r["run_id"]].append((float(r["sim_time_s"]), float(r["test_error"])))
+    at = [sorted(c)[-1] for c in ([p for p in pts if 0 < p[0] <= 1.0 + 1e-9] for pts in curves.values()) if c]
+    best = min(e for _, e in at)
+    proc = subprocess.run(CLI + ["advise", "demo", "--budget-s", "1.0", "--out", str(tmp_path / "a"), "--quiet",
+                                 "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(s for s in proc.stdout.splitlines() if s.startswith("Recommended:"))
+    got = float(re.search(r"([0-9.]+) % test error", line).group(1)) / 100
+    assert best <= got + 1e-9 and got - best <= 2 / 360 + 1e-9, (line, best)
