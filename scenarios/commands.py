@@ -165,9 +165,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"final test error {row['final_test_error']:.4g}, best {row['best_test_error']:.4g}")
     print(f"results: {out / 'summary.csv'}")
     if not args.no_report:
-        from ..analysis.report import write_report
+        from ..analysis.report import write_figures_and_report
 
-        print(f"report: {write_report(out)}")
+        figures, report = write_figures_and_report(out)
+        if figures:
+            print(f"figures: {len(figures)} files in {figures[0].parent}")
+        print(f"report: {report}")
     return 0
 
 
@@ -192,7 +195,10 @@ def register(sub: Any) -> None:
                    help="latency from the raw ping-pong instead of a short live push-pull run")
     p.add_argument("--out", help="profile file (default profiles/MODEL-DATASET-DEVICE.toml)")
     p.set_defaults(func=cmd_calibrate)
-    p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness")
+    p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness",
+                       description="Run every point live and simulated and compare them. Live runs go one at a "
+                                   "time, so there is no --jobs: parallel runs would disturb the timings they "
+                                   "measure.")
     p.add_argument("scenario", help="scenario file, or the name of a bundled scenario (e.g. validate-grid)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key (a list value sweeps it); repeatable")
