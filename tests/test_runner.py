@@ -150,3 +150,28 @@ def test_no_trace_files_unless_asked(tmp_path: Path) -> None:
     assert records and not list(tmp_path.glob("runs/*/trace.ddlt"))
     assert all((tmp_path / "runs" / r["row"]["run_id"] / "staleness.csv").is_file() for r in records)
     assert all(r["evals"] and r["evals"][0] == [0.0, 0.0] for r in records)
+
+
+def test_a_relative_out_reaches_workers_in_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # truth: issue 13 — a Dask worker runs in its own working directory; the task it gets must
+    # name the client's folder, so every file lands there. The worker here runs the task after
+    # moving to another directory, as a remote worker would be.
+    import os
+
+    real = runner.run_task
+
+    def elsewhere(task):
+        here = os.getcwd()
+        os.chdir(tmp_path / "worker")
+        try:
+            return real(task)
+        finally:
+            os.chdir(here)
+
+    (tmp_path / "worker").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_task", elsewhere)
+    scenario = load_text(SWEEP.format(epochs=1).replace("[2, 4, 6, 8, 10, 12]", "[2, 4]"))
+    records = runner.run_sweep(scenario, "rel", jobs=1, progress=False, traces=True)
+    assert len(list((tmp_path / "rel").glob("runs/*/trace.ddlt"))) == len(records) > 0
+    assert not list((tmp_path / "worker").rglob("*"))
