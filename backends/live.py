@@ -61,8 +61,13 @@ def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: st
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # this process only computes one small model at a time
-    dist.init_process_group("gloo", init_method=init, rank=rank if init else -1, world_size=world or -1,
-                            timeout=timedelta(seconds=point["live"]["timeout_s"]))
+    timeout = timedelta(seconds=point["live"]["timeout_s"])
+    if init is None:  # torchrun: its environment names the store
+        dist.init_process_group("gloo", timeout=timeout)
+    else:
+        store = rendezvous_store(init, rank, world, timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout,
+                                pg_options=gloo_options(init))
     try:
         if is_ps(point):
             server(point, mean_sigma, out) if rank == 0 else learner(point, rank)
@@ -70,6 +75,37 @@ def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: st
             node(point, rank, out)
     finally:
         dist.destroy_process_group()
+
+
+_LISTENING: list[socket.socket] = []
+
+
+def rendezvous_store(init: str, rank: int, world: int | None, timeout: timedelta) -> Any:
+    """The run's key-value store, listening on ``live.host`` only (rank 0 binds the socket
+    itself: torch's own store would listen on every interface)."""
+    import torch.distributed as dist
+
+    host, port = init.removeprefix("tcp://").rsplit(":", 1)
+    if rank != 0:
+        return dist.TCPStore(host, int(port), world, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(max(128, (world or 1) * 2))
+    _LISTENING.append(sock)  # the store serves this socket: it stays open while the process lives
+    return dist.TCPStore(host, int(port), world, True, timeout, master_listen_fd=sock.fileno())
+
+
+def gloo_options(init: str) -> Any:
+    """Gloo's connections on ``live.host`` too (by default it binds to the address the
+    machine's host name resolves to)."""
+    from torch.distributed import ProcessGroupGloo
+
+    host = init.removeprefix("tcp://").rsplit(":", 1)[0]
+    opts = ProcessGroupGloo._Options()
+    opts._devices = [ProcessGroupGloo.create_device(hostname=host)]
+    return opts
 
 
 def process_main(rank: int, point: dict[str, Any], world: int, init: str, mean_sigma: float, out: str,

@@ -248,3 +248,71 @@ def test_unsupported_live_protocol_is_one_clear_line() -> None:
     p = point("sgp", learners=4, protocol__overlap=1)
     with pytest.raises(BackendError, match="protocol.overlap = 1: live sgp supports only protocol.overlap = 0"):
         live(p)
+
+
+def _listening(pids: set[int]) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp writes them) of the TCP sockets in LISTEN state
+    that processes ``pids`` hold."""
+    import os
+
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    found.add(cols[1].rsplit(":", 1)[0])
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    import os
+
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for task in os.listdir(f"/proc/{p}/task") if os.path.isdir(f"/proc/{p}/task") else []:
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                kids = []
+            todo += [k for k in kids if k not in out]
+            out.update(kids)
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+def test_live_processes_listen_on_live_host_only() -> None:
+    # truth: docs/live.md — the store and the connections bind to live.host (127.0.0.1 here),
+    # read from the kernel's socket table while the run is going
+    import os
+    import threading
+
+    p = point("async", learners=3, epochs=3, compute="emulated", base=0.002)
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.update(_listening(_descendants(os.getpid())))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        live(p)
+    finally:
+        stop.set()
+        t.join()
+    assert seen, "no listening socket observed during the run"
+    assert seen == {"0100007F"}, seen  # 127.0.0.1 only; all interfaces would read 00000000
