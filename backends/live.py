@@ -13,6 +13,7 @@ compute model's time and only timing is measured.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -159,20 +160,55 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
                              join=False, start_method="spawn")
     with open(os.path.join(out, "pids"), "w") as f:  # for the reaper (_reaper)
         f.write(" ".join(str(pid) for pid in ctx.pids()))
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    spawn_log.setLevel(logging.ERROR)  # its "Terminating process …" warnings are not the user's business
+    stopped: list[int] = []
     try:
-        while not ctx.join(timeout=0.5):
-            pass
+        # grace 1 s: a stopped process ignores SIGTERM; torch's default would wait 30 s for it
+        while not ctx.join(timeout=0.5, grace_period=1.0):
+            stopped = [r for r, pid in enumerate(ctx.pids()) if process_state(pid) in ("T", "t")]
     except mp.ProcessExitedException as e:
         how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
-        raise BackendError(f"live run stopped: {role(point, e.error_index)} died with {how}; "
-                           "the other processes were terminated") from None
+        raise BackendError(_blame(point, out, stopped) or f"live run stopped: {role(point, e.error_index)} died "
+                           f"with {how}; the other processes were terminated") from None
     except mp.ProcessRaisedException as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise BackendError(f"live run stopped: {role(point, e.error_index)} failed: {lines[-1].strip()}") from None
+        raise BackendError(_blame(point, out, stopped) or f"live run stopped: {role(point, e.error_index)} "
+                           f"failed: {lines[-1].strip()}") from None
     finally:
+        spawn_log.setLevel(level)
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
+
+
+SILENT = "sent nothing for"  # the server's words for a learner that stopped answering (live_ps)
+
+
+def _blame(point: dict[str, Any], out: str, stopped: list[int]) -> str | None:
+    """The cause of a failed run when it is not the process that failed first: a process the
+    OS had stopped (SIGSTOP, a debugger), else a learner the server found silent."""
+    if stopped:
+        names = ", ".join(role(point, r) for r in stopped)
+        return (f"live run stopped: {names} stopped responding (process state: stopped, e.g. SIGSTOP or a "
+                f"debugger) for live.timeout_s = {point['live']['timeout_s']:g} s; the other processes were terminated")
+    try:
+        with open(os.path.join(out, "rank0.err"), "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    said = [ln.split(": ", 1)[-1] for ln in text.splitlines() if SILENT in ln]
+    return f"live run stopped: {said[-1].strip()}; the other processes were terminated" if said else None
+
+
+def process_state(pid: int) -> str:
+    """The OS's one-letter state of process ``pid`` (Linux /proc; "" where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read(512).rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
 
 
 def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch.Tensor | None]:

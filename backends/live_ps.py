@@ -72,12 +72,19 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
         dist.send(x, dst=i + 1)
 
     core.begin()
+    last_heard = [time.time()] * lam  # when each learner last pushed (or was first sent work)
     for i in range(lam):
         send_work(i)
     while core.processed < core.total:
-        src = dist.recv(hdr_in)
+        try:
+            src = dist.recv(hdr_in)
+        except RuntimeError as e:
+            if "Timed out" not in str(e):
+                raise
+            raise RuntimeError(silent_learner(point, last_heard, stopped, time.time())) from None
         dist.recv(grad, src=src)
         i = src - 1
+        last_heard[i] = time.time()
         _, j, k, _, t_start, t_end = hdr_in.tolist()
         gop = core.gradient(i, int(j), int(k), t_start, t_end)
         pending[gop] = grad.clone()
@@ -101,6 +108,14 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
     header.update({"measured": True, "mean_staleness": mean_sigma, "wall_s": end, "replay_point": clean_point(point)})
     trace_io.write(core.tb.build(header), os.path.join(out_dir, "trace.ddlt"))
     torch.save(x, os.path.join(out_dir, "weights.pt"))
+
+
+def silent_learner(point: dict[str, Any], last_heard: list[float], stopped: list[bool], now: float) -> str:
+    """Who the server waited for when its receive timed out: the working learner it has heard
+    from least recently (words the parent looks for: ``live.SILENT``)."""
+    i = min((j for j in range(len(last_heard)) if not stopped[j]), key=lambda j: last_heard[j], default=0)
+    return (f"learner {i} sent nothing for {now - last_heard[i]:.1f} s (live.timeout_s = "
+            f"{point['live']['timeout_s']:g}): it hung, was stopped or is too slow")
 
 
 def learner(point: dict[str, Any], rank: int) -> None:

@@ -316,3 +316,44 @@ def test_live_processes_listen_on_live_host_only() -> None:
         t.join()
     assert seen, "no listening socket observed during the run"
     assert seen == {"0100007F"}, seen  # 127.0.0.1 only; all interfaces would read 00000000
+
+
+def test_a_stopped_learner_is_named_within_seconds() -> None:
+    # truth: the learner this test stops with SIGSTOP; live.timeout_s = 3 bounds the wait
+    import glob
+    import os
+    import signal
+    import threading
+
+    p = point("async", learners=3, epochs=500, compute="emulated", base=0.002, timeout=3)
+    before = set(glob.glob("/tmp/ddlsim-live-*"))
+
+    def stop_learner_1() -> None:
+        for _ in range(400):
+            new = [d for d in glob.glob("/tmp/ddlsim-live-*/pids") if os.path.dirname(d) not in before]
+            if new and os.path.getsize(new[0]):
+                time.sleep(4.0)  # past start-up: the learners are working
+                os.kill(int(open(new[0]).read().split()[2]), signal.SIGSTOP)  # rank 2 = learner 1
+                return
+            time.sleep(0.05)
+
+    t0 = time.time()
+    threading.Thread(target=stop_learner_1, daemon=True).start()
+    with pytest.raises(BackendError) as e:
+        live(p)
+    assert "learner 1 stopped responding" in str(e.value) and "\n" not in str(e.value)
+    assert time.time() - t0 < 4.0 + 3 + 10  # start-up and the stop, the timeout, clean-up
+
+
+def test_silent_learner_names_the_one_heard_from_least_recently(tmp_path) -> None:
+    # hand-made: learner 0 pushed at t = 9, learner 1 at t = 4 (silent longest), learner 2 has
+    # finished its work (told to stop) and is not waited for
+    from ddlsim.backends.live import _blame
+    from ddlsim.backends.live_ps import silent_learner
+
+    p = point("async", learners=3, timeout=3)
+    text = silent_learner(p, [9.0, 4.0, 1.0], [False, False, True], now=10.0)
+    assert text.startswith("learner 1 sent nothing for 6.0 s (live.timeout_s = 3)")
+    (tmp_path / "rank0.err").write_text("Traceback (most recent call last):\n  ...\nRuntimeError: " + text + "\n")
+    assert _blame(p, str(tmp_path), []) == f"live run stopped: {text}; the other processes were terminated"
+    assert _blame(p, str(tmp_path), [2]).startswith("live run stopped: learner 1 stopped responding")
