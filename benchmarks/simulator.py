@@ -15,7 +15,11 @@ Rudra-CIFAR10-scale run (λ = 30, μ = 4, 1.75M gradients) with the fast engine,
 epoch on 32 nodes × 8 V100 with 25 MB DDP buckets. The fast engine's compile time (numba,
 cached on disk after the first run) is reported apart.
 
-Run: ``python benchmarks/simulator.py [--quick] [--repeats R]``.
+``--big`` adds the memory check: a 100M-gradient async run (λ = 32, μ = 4, 8,000 CIFAR10
+epochs) through ``ddlsim simulate --force`` (no trace kept), its wall time and the peak
+resident memory of that process (``resource.getrusage``, goal ≤ 8 GB).
+
+Run: ``python benchmarks/simulator.py [--quick] [--repeats R] [--big]``.
 """
 
 from __future__ import annotations
@@ -133,7 +137,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the work")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--big", action="store_true", help="also the 100M-gradient memory check (≈ 2 min)")
     args = ap.parse_args()
+    if args.big:
+        big()
     scale = 0.1 if args.quick else 1.0
     p = point("async", 32, 20 * scale)
     t0 = time.perf_counter()
@@ -169,6 +176,31 @@ def main() -> None:
     iters = simulate(load_text(DDP).points()[0]).summary["iterations"]
     print(f"ResNet-50 epoch, 32 nodes × 8 V100, DDP 25 MB buckets over 4×EDR: {iters} iterations in "
           f"{time.perf_counter() - t0:.2f} s wall (goal < 5 s)")
+
+
+def big() -> None:
+    """100M gradients through the CLI in a child process: wall time and its peak RSS."""
+    import resource
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        scen = Path(tmp) / "big.toml"
+        scen.write_text('name = "big"\n' + ASYNC.format(protocol="async", learners=32, epochs=8000, n=1))
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", "simulate", str(scen), "--force",
+                               "--quiet", "--out", str(Path(tmp) / "out")], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:])
+        rows = (Path(tmp) / "out" / "summary.csv").read_text().splitlines()
+        grads = int(rows[1].split(",")[rows[0].split(",").index("gradients")])
+        print(f"100M-gradient async run (ddlsim simulate, no trace): {grads:,} gradients in {wall:.0f} s wall, "
+              f"peak RSS {peak_kib / 2**20:.2f} GiB (goal ≤ 8 GB); results folder "
+              f"{sum(f.stat().st_size for f in (Path(tmp) / 'out').rglob('*') if f.is_file()) / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":

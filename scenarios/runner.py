@@ -89,9 +89,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     folders); every point gets its ``staleness.csv`` and, in its result, the evaluation
     schedule ``evals`` (simulated time, epoch) of the trace.
     """
-    from ..simulator import trace as tracemod
     from ..simulator.run import simulate
-    from ..simulator.stats import staleness_histogram
 
     out = Path(task.out_dir)
     rows = [lead_values(p) for p in task.points]
@@ -100,15 +98,14 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     walls = [0.0] * len(task.points)
     try:
-        sim = simulate(task.points[0], task.engine)
-        ev = sim.trace.ops["kind"] == tracemod.EVAL
-        evals = [[float(t), float(e)] for t, e in zip(sim.trace.ops["t_end"][ev], sim.trace.ops["epoch"][ev])]
-        stale = _staleness_csv(staleness_histogram(sim.trace))
+        sim = simulate(task.points[0], task.engine, keep_trace=bool(task.traces or task.backend))
+        evals = [[float(t), float(e)] for t, e in sim.evals]
+        stale = _staleness_csv(sim.histogram)
         first_trace: Path | None = None
         for p, row in zip(task.points, rows):
             run_dir = out / "runs" / p["_id"]
             row.update(sim.summary)
-            row["sim_id"] = sim.trace.header["run_id"]
+            row["sim_id"] = sim.sim_id
             atomic_write(run_dir / "staleness.csv", stale)
             if task.traces:
                 first_trace = _write_or_link(sim.trace, run_dir / "trace.ddlt", first_trace)

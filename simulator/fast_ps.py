@@ -34,6 +34,7 @@ from . import seeds
 from .collectives import bucket_sizes
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps
+from .stats import histogram, merge_histograms
 from .trace import APPLY, EVAL, GRAD, INPUT_COLUMNS, OP_COLUMNS, Trace
 
 try:  # numba is a dependency; without it (an unusual install) the fast engine is unavailable
@@ -43,7 +44,7 @@ except ImportError:  # pragma: no cover
 
 STALL_MARGIN = 256    # stall draws a learner must have left before it starts a minibatch
 # kernel status codes
-DONE, NEED_WORK, NEED_STALL, NEED_APPLY, STALL_OVERFLOW = 0, 1, 2, 3, 4
+DONE, NEED_WORK, NEED_STALL, NEED_APPLY, STALL_OVERFLOW, NEED_FLUSH = 0, 1, 2, 3, 4, 5
 # event kinds
 SEND, PROCESSED = 0, 1
 
@@ -180,7 +181,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     shard_len, per_epoch. ``fp``: tx, lat, every, scale_gap, scale_len.
     ``st`` (state, int): version, issued, processed, samples, n_ops, n_inputs, acc_n, heap_n,
     counter, pend_head, pend_tail, slowest, need (the learner whose draws ran out), last_kind,
-    n_waiting, apos. ``fst``: next_eval, end_time, compute_s, now of the pending pulls.
+    n_waiting, apos, ops_base, inputs_base. ``fst``: next_eval, end_time, compute_s, now of the
+    pending pulls. The trace columns are buffers: op ``n`` (a global index, as the trace's
+    references use) is written at row ``n − ops_base``, input ``m`` at ``m − inputs_base``; when
+    a buffer has no room for the next event the kernel returns NEED_FLUSH (the caller grows it,
+    or folds it into the summary and moves the bases on).
     Events: a learner has at most one in flight, kept in its slot (``ev_i`` row: kind, j, k,
     grad op; ``ev_f``: compute start); the heap orders slots by (time, schedule counter).
     The trace columns are written directly (their defaults pre-filled by the caller).
@@ -230,7 +235,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             ev_f[i] = t
             st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
             st[8] += 1
-        # 2. the next event
+        # 2. the next event (room for it, and for the caller's final apply and eval, first)
+        if st[4] - st[16] + 3 > kind.shape[0] or st[5] - st[17] + c + 1 > in_grad.shape[0]:
+            return NEED_FLUSH
         if st[7] == 0:
             return DONE
         i = hs[0]
@@ -247,16 +254,17 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 ep = k // per_epoch
                 start = ep * N + i * shard_len + (k - ep * per_epoch) * mu
             n = st[4]
-            kind[n] = GRAD
-            node[n] = i
-            src_node[n] = 0
-            src_version[n] = j
-            sample_start[n] = start
-            batch_size[n] = mu
-            batch_index[n] = k
-            t_start[n] = ev_f[i]
-            t_end[n] = now
-            epoch[n] = st[3] / N
+            r = n - st[16]
+            kind[r] = GRAD
+            node[r] = i
+            src_node[r] = 0
+            src_version[r] = j
+            sample_start[r] = start
+            batch_size[r] = mu
+            batch_index[r] = k
+            t_start[r] = ev_f[i]
+            t_end[r] = now
+            epoch[r] = st[3] / N
             st[4] = n + 1
             st[13] = GRAD
             # _push: every shard's NIC in, then its apply queue
@@ -345,8 +353,9 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
             total += acc[x, 2]
         st[3] += total
     ep = st[3] / N
-    row = st[4]
+    row = st[4] - st[16]
     base = st[5]
+    b = base - st[17]
     kind[row] = APPLY
     node[row] = 0
     version[row] = v
@@ -357,11 +366,11 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
     epoch[row] = ep
     w = 1.0 if n == 1 else 1.0 / n
     for x in range(n):
-        in_grad[base + x] = acc[x, 0]
-        in_stale[base + x] = v - acc[x, 1]
-        in_weight[base + x] = w
+        in_grad[b + x] = acc[x, 0]
+        in_stale[b + x] = v - acc[x, 1]
+        in_weight[b + x] = w
     st[5] = base + n
-    st[4] = row + 1
+    st[4] += 1
     st[13] = APPLY
     st[0] = v + 1
     st[6] = 0
@@ -369,18 +378,19 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
     if samples >= fst[0] - 1e-9:  # EvalCadence.due
         while fst[0] <= samples + 1e-9:
             fst[0] += every
-        _eval(st, row + 1, v + 1, t, ep, kind, node, version, t_start, t_end, epoch)
+        _eval(st, v + 1, t, ep, kind, node, version, t_start, t_end, epoch)
 
 
-def _eval(st: np.ndarray, row: int, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
+def _eval(st: np.ndarray, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
           version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray) -> None:
+    row = st[4] - st[16]
     kind[row] = EVAL
     node[row] = 0
     version[row] = v
     t_start[row] = t
     t_end[row] = t
     epoch[row] = ep
-    st[4] = row + 1
+    st[4] += 1
     st[13] = EVAL
 
 
@@ -409,6 +419,13 @@ class _Buffers:
         self.len = np.zeros(rows, np.int64)
 
     def grow_row(self, i: int, values: np.ndarray) -> None:
+        """Append ``values`` to row ``i``, first dropping the draws it has used (the kernel reads
+        row i from ``pos[i]``), so that a long run's buffers stay the size of a chunk or two."""
+        used = int(self.pos[i])
+        if used:
+            n = int(self.len[i]) - used
+            self.data[i, :n] = self.data[i, used:used + n]
+            self.len[i], self.pos[i] = n, 0
         end = int(self.len[i]) + len(values)
         if end > self.data.shape[1]:
             bigger = np.zeros((self.data.shape[0], max(end, 2 * self.data.shape[1])))
@@ -418,8 +435,18 @@ class _Buffers:
         self.len[i] = end
 
 
-def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
-    """The SimPy engine's ``(trace, summary)`` for a covered point (:func:`covers`), fast."""
+FLUSH_OPS = 1 << 20  # summary-only runs keep this many trace rows at a time
+
+
+def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
+                     ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]]]:
+    """The SimPy engine's ``(trace, summary)`` for a covered point (:func:`covers`), fast, with
+    the staleness histogram and the evaluation schedule (simulated time, epoch).
+
+    ``keep_trace=False``: the trace is not kept (None); its rows pass through buffers of
+    ``FLUSH_OPS`` and are folded into the histogram and the schedule, and the draws are
+    generated as they are needed, so memory does not grow with the run (a 100M-gradient run
+    in well under 1 GB). Every other number is the same as with the trace."""
     reason = covers(point)
     if reason is not None:
         raise ValueError(f"the fast engine does not cover this point: {reason}")
@@ -437,6 +464,8 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY]))
     apply_stream = DrawStream(sampler(srv["apply_distribution"], srv["apply_s"], 0.0, rng))
     per = max(CHUNK, CHUNK * math.ceil(1.25 * total / lam / CHUNK))
+    if not keep_trace:
+        per = min(per, 4 * CHUNK)  # the rest as the kernel asks (NEED_WORK)
     work = _Buffers(lam, per)
     for i, clock in enumerate(clocks):
         while work.len[i] < per:
@@ -450,28 +479,41 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     if stalled:
         for i, clock in enumerate(clocks):
             stall_draws.grow_row(i, clock._rng.standard_exponential(4 * CHUNK))
+    chunks = max(1, math.ceil(S * total / CHUNK))
     adraw = np.concatenate([np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)
-                            for _ in range(max(1, math.ceil(S * total / CHUNK)))])
+                            for _ in range(chunks if keep_trace else min(chunks, 4))])
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
                    max(1, N // lam), max(1, max(1, N // lam) // mu)], dtype=np.int64)
     fp = np.array([tx, lat, cad.every, scale_gap, scale_len])
-    st = np.zeros(16, np.int64)
+    st = np.zeros(18, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
     fst = np.array([cad.next, 0.0, 0.0, 0.0])
     max_ops = 2 * total + int(total * mu / (N / wl["evals_per_epoch"])) + 8
-    ops = {name: np.zeros(max_ops, dt) for name, dt in OP_COLUMNS.items()}  # TraceBuilder's defaults
-    for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
-        ops[name][:] = -1
-    ops["self_coef"][:] = 1.0
-    inputs = {name: np.zeros(total, dt) for name, dt in INPUT_COLUMNS.items()}
-    cols = (ops["kind"], ops["node"], ops["version"], ops["src_node"], ops["src_version"], ops["sample_start"],
+    n_inputs = total + max(core.c, 1) + 2
+    if not keep_trace:
+        max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)
+    ops, inputs = _columns(max_ops, n_inputs)
+    hist: list[tuple[int, int]] = []
+    evals: list[tuple[float, float]] = []
+
+    def flush() -> None:
+        """Fold the buffered rows into the histogram and the schedule; start the buffers over."""
+        nonlocal hist
+        n_ops, n_in = int(st[4] - st[16]), int(st[5] - st[17])
+        hist = merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
+        ev = ops["kind"][:n_ops] == EVAL
+        evals.extend(zip(ops["t_end"][:n_ops][ev].tolist(), ops["epoch"][:n_ops][ev].tolist()))
+        st[16], st[17] = st[4], st[5]
+
+    def cols_of(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> tuple:
+        return (ops["kind"], ops["node"], ops["version"], ops["src_node"], ops["src_version"], ops["sample_start"],
             ops["batch_size"], ops["batch_index"], ops["t_start"], ops["t_end"], ops["epoch"], ops["in_start"],
-            ops["in_count"], inputs["grad_op"], inputs["weight"], inputs["staleness"])
-    apply_cols = (cols[0], cols[1], cols[2], cols[8], cols[9], cols[10], cols[11], cols[12], cols[13], cols[14],
-                  cols[15])
-    _eval(st, 0, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
+                ops["in_count"], inputs["grad_op"], inputs["weight"], inputs["staleness"])
+
+    cols = cols_of(ops, inputs)
+    _eval(st, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
     fifo = lambda: np.zeros((S, 5))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
     ht, hk, hs = np.zeros(lam + 1), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
@@ -494,18 +536,35 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
         elif status == NEED_STALL:
             stall_draws.grow_row(i, clocks[i]._rng.standard_exponential(4 * CHUNK))
         elif status == NEED_APPLY:
-            adraw = np.concatenate([adraw, np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
+            adraw = np.concatenate([adraw[st[15]:], np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
+            st[15] = 0
+        elif status == NEED_FLUSH:
+            if keep_trace:  # more room (the estimate of the trace's length was short)
+                more_ops, more_in = _columns(len(ops["kind"]), len(inputs["grad_op"]))
+                ops = {k: np.concatenate([v, more_ops[k]]) for k, v in ops.items()}
+                inputs = {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()}
+                cols = cols_of(ops, inputs)
+            else:
+                flush()
         else:  # pragma: no cover - hundreds of stalls inside one minibatch
             raise RuntimeError("fast engine: a minibatch spans more stalls than its draw margin")
     end_time = float(fst[1])
     # PSCore.finish: a last partial group, then the final eval
     if st[6] > 0:
-        _apply(st, fst, ip, acc, end_time, cad.every, *apply_cols)
+        _apply(st, fst, ip, acc, end_time, cad.every, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10],
+               cols[11], cols[12], cols[13], cols[14], cols[15])
     if st[13] != EVAL:
-        _eval(st, int(st[4]), int(st[0]), end_time, st[3] / N, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])
-    n_ops, n_in = int(st[4]), int(st[5])
-    trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
-                  {k: v[:n_in] for k, v in inputs.items()})
+        _eval(st, int(st[0]), end_time, st[3] / N, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])
+    trace = None
+    if keep_trace:
+        n_ops, n_in = int(st[4]), int(st[5])
+        trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
+                      {k: v[:n_in] for k, v in inputs.items()})
+        hist = histogram(trace.inputs["staleness"])
+        ev = trace.ops["kind"] == EVAL
+        evals = list(zip(trace.ops["t_end"][ev].tolist(), trace.ops["epoch"][ev].tolist()))
+    else:
+        flush()
     processed, T = int(st[2]), end_time
     summary = {
         "gradients": processed,
@@ -518,4 +577,13 @@ def simulate_ps_fast(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
         "link_out_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_out])),
         "compute_utilization": float(fst[2]) / (lam * T) if T > 0 else 0.0,
     }
-    return trace, summary
+    return trace, summary, hist, evals
+
+
+def _columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Empty trace columns with TraceBuilder's defaults (-1 where "none", self_coef 1)."""
+    ops = {name: np.zeros(n_ops, dt) for name, dt in OP_COLUMNS.items()}
+    for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
+        ops[name][:] = -1
+    ops["self_coef"][:] = 1.0
+    return ops, {name: np.zeros(n_inputs, dt) for name, dt in INPUT_COLUMNS.items()}

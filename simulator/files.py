@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 FILE_MODE = 0o644
 MAX_READ_BYTES = 64 << 20  # default bound of read_bounded
@@ -64,15 +65,20 @@ def remove_stale_temporaries(folder: Path) -> int:
     return count
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> Path:
-    """Write ``data`` (text is UTF-8) to ``path`` atomically, mode 0644; return the path."""
+def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[bytes]) -> Path:
+    """Write ``data`` (text is UTF-8; an iterable of byte strings is written piece by piece)
+    to ``path`` atomically, mode 0644; return the path."""
     path = Path(path)
     check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if isinstance(data, (bytes, bytearray, memoryview, str)):
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                for piece in data:
+                    f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, FILE_MODE)

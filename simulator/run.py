@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import fast_ps
 from .gossip import simulate_gossip
-from .protocols import header_for, is_ps
+from .protocols import PSCore, header_for, is_ps
 from .ps import PSRun
-from .stats import staleness_stats
-from .trace import Trace
+from .stats import histogram, stats_from_histogram
+from .trace import EVAL, Trace
 
 
 @dataclass
 class SimResult:
-    """A simulated run: its ``trace`` and the ``summary`` figures (summary.csv columns)."""
+    """A simulated run: its ``trace`` (None when not kept), the ``summary`` figures (summary.csv
+    columns), the staleness ``histogram`` ((σ, count), σ ascending), the evaluation schedule
+    ``evals`` ((simulated time, epoch)) and ``sim_id`` (the trace header's run id)."""
 
-    trace: Trace
+    trace: Trace | None
     summary: dict[str, Any]
+    histogram: list[tuple[int, int]] = field(default_factory=list)
+    evals: list[tuple[float, float]] = field(default_factory=list)
+    sim_id: str = ""
 
 
 def simulate_ps(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
@@ -31,11 +36,13 @@ def simulate_ps(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
 ENGINES = ("auto", "simpy", "fast")
 
 
-def simulate(point: dict[str, Any], engine: str = "auto") -> SimResult:
+def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = True) -> SimResult:
     """Run the simulator for a validated scenario point.
 
     ``engine``: "simpy" (the reference model), "fast" (:mod:`.fast_ps`, byte-identical, for
     the configurations it covers; an error otherwise) or "auto" (fast when it covers the point).
+    ``keep_trace=False`` lets the fast engine drop the trace as it goes (memory independent of
+    the run's length); the summary, histogram and schedule are the same either way.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
@@ -43,8 +50,13 @@ def simulate(point: dict[str, Any], engine: str = "auto") -> SimResult:
     if engine == "fast" and reason is not None:
         raise ValueError(f"engine 'fast' does not cover this point: {reason} (use --engine auto or simpy)")
     if reason is None:
-        trace, summary = fast_ps.simulate_ps_fast(point)
+        trace, summary, hist, evals = fast_ps.simulate_ps_fast(point, keep_trace)
+        sim_id = header_for(point, 1, PSCore(point).layout)["run_id"]
     else:
         trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
-    summary.update(staleness_stats(trace.inputs["staleness"]))
-    return SimResult(trace, summary)
+        hist = histogram(trace.inputs["staleness"])
+        ev = trace.ops["kind"] == EVAL
+        evals = list(zip(trace.ops["t_end"][ev].tolist(), trace.ops["epoch"][ev].tolist()))
+        sim_id = trace.header["run_id"]
+    summary.update(stats_from_histogram(hist))
+    return SimResult(trace, summary, hist, evals, sim_id)

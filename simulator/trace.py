@@ -10,7 +10,9 @@ and ``mix`` each turn version ``v`` of their node into ``v + 1``. The parameter 
 node 0. A gradient is computed at ``x / w`` of the state it reads.
 
 The file is ``MAGIC``, the header length and header, the columns' raw little-endian
-bytes in header order, and a SHA-256 of everything before it. Writing is deterministic
+bytes in header order, and a SHA-256 of everything before it. Each column is stored as
+narrow as its values allow (the smallest integer type holding its range, or one constant
+in the header when all its values are equal); reading restores the canonical types. Writing is deterministic
 (same content → same bytes) and atomic; reading checks the digest and the op graph and
 refuses a bad file with :class:`TraceError`.
 """
@@ -23,7 +25,7 @@ import struct
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -190,20 +192,59 @@ class TraceBuilder:
         return Trace(h, ops, inputs)
 
 
-def encode(trace: Trace) -> bytes:
-    """Serialise ``trace`` to bytes (deterministic)."""
+STORED_DTYPES = ("u1", "i1", "i2", "i4", "i8", "f8")  # how a column may be stored in a file
+CHUNK_ROWS = 1 << 20  # rows converted at a time when writing (bounds the memory a write adds)
+
+
+def stored_dtype(values: np.ndarray, dtype: str) -> dict[str, Any]:
+    """How a column of canonical ``dtype`` is stored: ``{"const": v}`` when it holds one
+    finite value throughout, else ``{"dtype": d}`` with ``d`` the narrowest signed integer type
+    holding its range (integer columns) or the canonical type (``kind`` and floats). Reading
+    restores the canonical column exactly."""
+    if len(values) and dtype != "u1":
+        lo, hi = values.min(), values.max()
+        if lo == hi and np.isfinite(lo):
+            return {"const": int(lo) if dtype.startswith("i") else float(lo)}
+        if dtype.startswith("i"):
+            for d in ("i1", "i2", "i4"):
+                info = np.iinfo(d)
+                if info.min <= lo and hi <= info.max:
+                    return {"dtype": d}
+    return {"dtype": dtype}
+
+
+def chunks(trace: Trace) -> Iterator[bytes]:
+    """The file's bytes, a piece at a time (deterministic): magic, header, each column
+    converted ``CHUNK_ROWS`` rows at a time, then the SHA-256 of all of it."""
     header = dict(trace.header)
     header["schema_version"] = SCHEMA_VERSION
     cols = []
     for table, spec in (("ops", OP_COLUMNS), ("inputs", INPUT_COLUMNS)):
         data = trace.ops if table == "ops" else trace.inputs
         for name, dt in spec.items():
-            arr = np.ascontiguousarray(data[name], dtype=np.dtype(dt).newbyteorder("<"))
-            cols.append((table, name, dt, arr))
-    header["columns"] = [{"table": t, "name": n, "dtype": d, "length": int(len(a))} for t, n, d, a in cols]
+            arr = np.asarray(data[name])
+            cols.append(({"table": table, "name": name, "length": int(len(arr)), **stored_dtype(arr, dt)}, arr))
+    header["columns"] = [c for c, _ in cols]
     hbytes = json.dumps(_finite(header), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-    body = b"".join([MAGIC, struct.pack("<Q", len(hbytes)), hbytes] + [a.tobytes() for *_, a in cols])
-    return body + hashlib.sha256(body).digest()
+    h = hashlib.sha256()
+    for piece in _column_bytes(cols, [MAGIC, struct.pack("<Q", len(hbytes)), hbytes]):
+        h.update(piece)
+        yield piece
+    yield h.digest()
+
+
+def _column_bytes(cols: list[tuple[dict[str, Any], np.ndarray]], head: list[bytes]) -> Iterator[bytes]:
+    yield from head
+    for c, arr in cols:
+        if "dtype" in c:
+            dt = np.dtype(c["dtype"]).newbyteorder("<")
+            for lo in range(0, len(arr), CHUNK_ROWS):
+                yield arr[lo:lo + CHUNK_ROWS].astype(dt).tobytes()
+
+
+def encode(trace: Trace) -> bytes:
+    """Serialise ``trace`` to bytes (deterministic; the bytes :func:`write` writes)."""
+    return b"".join(chunks(trace))
 
 
 def _finite(value: Any) -> Any:
@@ -219,8 +260,9 @@ def _finite(value: Any) -> Any:
 
 
 def write(trace: Trace, path: str | Path) -> None:
-    """Write ``trace`` to ``path`` atomically (temporary file, then rename)."""
-    atomic_write(path, encode(trace))
+    """Write ``trace`` to ``path`` atomically (temporary file, then rename), in pieces: no
+    copy of the whole trace is made."""
+    atomic_write(path, chunks(trace))
 
 
 def decode(data: bytes, name: str = "<trace>") -> Trace:
@@ -244,18 +286,22 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
     if version != SCHEMA_VERSION:
         raise TraceError(f"{name}: trace schema version {version!r} is not supported "
                          f"(this ddlsim reads version {SCHEMA_VERSION})")
-    expected = sum(np.dtype(c["dtype"]).itemsize * c["length"] for c in header.get("columns", []))
+    expected = sum(np.dtype(c["dtype"]).itemsize * c["length"] for c in header["columns"] if "dtype" in c)
     if hstart + hlen + expected != len(body):
         raise TraceError(f"{name}: truncated trace ({len(body) - hstart - hlen} column bytes, "
                          f"header announces {expected})")
     tables: dict[str, dict[str, np.ndarray]] = {"ops": {}, "inputs": {}}
     pos = hstart + hlen
     for c in header["columns"]:
+        spec = OP_COLUMNS if c["table"] == "ops" else INPUT_COLUMNS
+        canonical = spec.get(c["name"], c.get("dtype", "f8"))
+        if "const" in c:
+            tables[c["table"]][c["name"]] = np.full(c["length"], c["const"], dtype=canonical)
+            continue
         dt = np.dtype(c["dtype"]).newbyteorder("<")
-        n = dt.itemsize * c["length"]
         tables[c["table"]][c["name"]] = np.frombuffer(body, dtype=dt, count=c["length"], offset=pos).astype(
-            c["dtype"])
-        pos += n
+            canonical)
+        pos += dt.itemsize * c["length"]
     del header["columns"]
     trace = Trace(header, tables["ops"], tables["inputs"])
     check(trace, name)
@@ -263,12 +309,29 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
 
 
 def _columns_ok(cols: Any) -> bool:
-    """The header's column list is well formed: known tables and dtypes, lengths ≥ 0."""
+    """The header's column list is well formed: known tables, each column stored as one of
+    :data:`STORED_DTYPES` or as one constant of its kind (an integer for an integer column),
+    lengths ≥ 0."""
     known = {"ops": OP_COLUMNS, "inputs": INPUT_COLUMNS}
     return isinstance(cols, list) and all(
-        isinstance(c, dict) and c.get("table") in known and c.get("dtype") in ("u1", "i4", "i8", "f8")
-        and isinstance(c.get("length"), int) and c["length"] >= 0 and isinstance(c.get("name"), str)
+        isinstance(c, dict) and c.get("table") in known and isinstance(c.get("name"), str)
+        and isinstance(c.get("length"), int) and not isinstance(c["length"], bool) and c["length"] >= 0
+        and _stored_ok(c, known[c["table"]].get(c["name"], "f8"))
         for c in cols)
+
+
+def _stored_ok(c: dict[str, Any], canonical: str) -> bool:
+    """One column entry says how it is stored, in a way its canonical type can take back."""
+    if ("const" in c) == ("dtype" in c):
+        return False
+    if "dtype" in c:
+        return c["dtype"] in STORED_DTYPES
+    v = c["const"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if canonical.startswith("f"):
+        return np.isfinite(v)
+    return isinstance(v, int) and np.iinfo(canonical).min <= v <= np.iinfo(canonical).max
 
 
 def read(path: str | Path) -> Trace:

@@ -4,12 +4,15 @@ property-based grid of scenarios (the SimPy engine is the reference model)."""
 from __future__ import annotations
 
 import math
+from unittest.mock import patch
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddlsim.simulator import trace as T
+from ddlsim.simulator import fast_ps
 from ddlsim.simulator.fast_ps import covers
 from ddlsim.simulator.run import simulate
 from tests.conftest import make_point
@@ -73,6 +76,11 @@ def test_fast_engine_is_byte_identical_to_simpy(protocol, learners, n_frac, boun
     ref, fast = simulate(p, "simpy"), simulate(p, "fast")
     assert T.encode(fast.trace) == T.encode(ref.trace)
     assert fast.summary == ref.summary
+    # without the trace: rows through 64-row buffers, draws generated as needed — same numbers
+    with patch.object(fast_ps, "FLUSH_OPS", 64):
+        lean = simulate(p, "fast", keep_trace=False)
+    assert lean.trace is None and lean.summary == ref.summary and lean.sim_id == ref.trace.header["run_id"]
+    assert lean.histogram == ref.histogram and lean.evals == ref.evals
 
 
 def test_auto_uses_the_fast_engine_only_where_it_covers_the_point() -> None:
@@ -95,3 +103,28 @@ def test_the_fast_engine_refills_its_draws_on_long_runs() -> None:
                    cluster__stragglers__fraction=0.5, cluster__stragglers__slowdown=20.0,
                    cluster__stragglers__stall_rate_per_s=50.0, cluster__stragglers__stall_mean_s=0.001)
     assert T.encode(simulate(p, "fast").trace) == T.encode(simulate(p, "simpy").trace)
+    ref = simulate(p, "simpy")
+    lean = simulate(p, "fast", keep_trace=False)  # refills drop the draws already used
+    assert lean.summary == ref.summary and lean.histogram == ref.histogram
+
+
+def test_staleness_figures_from_a_histogram_equal_numpys_on_the_values():
+    """The σ columns computed from (σ, count) pairs (what a run without a kept trace has) are
+    NumPy's mean and linear percentiles of the expanded values, to the last bit for the
+    percentiles and within one rounding for the mean."""
+    from ddlsim.simulator.stats import histogram, merge_histograms, stats_from_histogram
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(1, 400))
+        values = rng.geometric(rng.uniform(0.05, 0.9), size=n) - 1
+        cut = int(rng.integers(0, n + 1))
+        hist = merge_histograms(histogram(values[:cut]), histogram(values[cut:]))
+        got = stats_from_histogram(hist)
+        s = values.astype(np.float64)
+        assert got["staleness_p50"] == np.percentile(s, 50)
+        assert got["staleness_p99"] == np.percentile(s, 99)
+        assert got["staleness_max"] == s.max()
+        assert got["staleness_mean"] == pytest.approx(s.mean(), rel=1e-15, abs=0)
+        assert got["staleness_mean"] == int(values.sum()) / n
+    assert np.isnan(stats_from_histogram([])["staleness_mean"])

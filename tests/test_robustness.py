@@ -62,7 +62,7 @@ def test_a_disk_full_run_then_resume_equals_an_uninterrupted_run(tmp_path: Path,
     runner.run_sweep(scenario, tmp_path / "clean", jobs=1, progress=False, traces=True)
     real = simrun.simulate
 
-    def full(point, engine="auto"):
+    def full(point, engine="auto", keep_trace=True):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(simrun, "simulate", full)

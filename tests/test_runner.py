@@ -65,10 +65,10 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path: Path,
 
     real = simrun.simulate
 
-    def flaky(point, engine="auto"):
+    def flaky(point, engine="auto", keep_trace=True):
         if point["cluster"]["learners"] == 6:
             raise RuntimeError("injected failure\nsecond line")
-        return real(point, engine)
+        return real(point, engine, keep_trace)
 
     monkeypatch.setattr(simrun, "simulate", flaky)
     scenario = load_text(SWEEP.format(epochs=1))
@@ -128,7 +128,8 @@ def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypat
 
     sims, replays = [], []
     real_sim, real_run = simrun.simulate, ReplayBackend.run
-    monkeypatch.setattr(simrun, "simulate", lambda p, engine="auto": (sims.append(p["_id"]), real_sim(p, engine))[1])
+    monkeypatch.setattr(simrun, "simulate", lambda p, engine="auto", keep_trace=True: (sims.append(p["_id"]),
+                                                                     real_sim(p, engine, keep_trace))[1])
     monkeypatch.setattr(ReplayBackend, "run", lambda self, t, p, o=None: (replays.append(p["_id"]),
                                                                            real_run(self, t, p, o))[1])
     scenario = load(resolve_scenario("demo"), ["workload.epochs=1", "cluster.learners=30", "cluster.minibatch=8"])

@@ -40,6 +40,80 @@ def test_round_trip_keeps_every_column(tmp_path: Path) -> None:
     assert back.ops["t_end"][3] == back.ops["t_start"][3] == 1.1
 
 
+def wide_file(tr: T.Trace) -> bytes:
+    """The file as the first format wrote it (every column at its canonical width), built here
+    independently of the writer: magic, header length, header, columns, SHA-256."""
+    import hashlib
+    import json
+    import struct
+
+    header = dict(tr.header, schema_version=T.SCHEMA_VERSION)
+    cols = [("ops", n, d, tr.ops[n]) for n, d in T.OP_COLUMNS.items()] + \
+        [("inputs", n, d, tr.inputs[n]) for n, d in T.INPUT_COLUMNS.items()]
+    header["columns"] = [{"table": t, "name": n, "dtype": d, "length": len(a)} for t, n, d, a in cols]
+    hb = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    body = b"DDLTRACE" + struct.pack("<Q", len(hb)) + hb + b"".join(
+        np.asarray(a, dtype=np.dtype(d).newbyteorder("<")).tobytes() for *_, d, a in cols)
+    return body + hashlib.sha256(body).digest()
+
+
+def test_columns_are_stored_as_narrow_as_their_values_and_read_back_exactly(tmp_path: Path) -> None:
+    b = T.TraceBuilder()
+    b.eval(0, 0, 0.0, 0.0)
+    gs = [b.grad(n, 0, 0, (1 << 40) + n, 4, n, 0.0, 1.0 + n, 0.0) for n in range(300)]
+    b.apply(0, 0, gs, [1 / 3] * 300, [0] * 300, 400.0, 1.0)
+    b.eval(0, 1, 400.0, 1.0)
+    tr = b.build(header())
+    T.write(tr, tmp_path / "t.ddlt")
+    data = (tmp_path / "t.ddlt").read_bytes()
+    assert data == T.encode(tr)  # the streamed file is the encoding
+    import json
+    import struct
+
+    (hlen,) = struct.unpack_from("<Q", data, 8)
+    cols = {c["name"]: c for c in json.loads(data[16:16 + hlen])["columns"]}
+    assert cols["node"]["dtype"] == "i2"            # 0 … 299
+    assert cols["sample_start"]["dtype"] == "i8"    # −1 … 2**40 + 299
+    assert cols["version"]["dtype"] == "i1"         # −1, 0, 1
+    assert cols["coef"] == {"table": "ops", "name": "coef", "length": 303, "const": 0.0}
+    assert cols["weight"]["const"] == 1 / 3 and cols["staleness"]["const"] == 0
+    # 303 ops: kind u1, node i2, version i1, src_node i1, src_version i1, sample_start i8, batch_size i1,
+    # batch_index i2, t_start/t_end/epoch f8, in_start i1, in_count i2; 300 inputs: grad_op i2
+    assert len(data) == 16 + hlen + 303 * (1 + 2 + 1 + 1 + 1 + 8 + 1 + 2 + 24 + 1 + 2) + 300 * 2 + 32
+    back = T.read(tmp_path / "t.ddlt")
+    for k, d in T.OP_COLUMNS.items():
+        assert back.ops[k].dtype == np.dtype(d) and np.array_equal(back.ops[k], tr.ops[k]), k
+    for k, d in T.INPUT_COLUMNS.items():
+        assert back.inputs[k].dtype == np.dtype(d) and np.array_equal(back.inputs[k], tr.inputs[k]), k
+
+
+def test_a_file_of_the_first_format_still_reads() -> None:
+    tr = toy().build(header())
+    back = T.decode(wide_file(tr))
+    for k in T.OP_COLUMNS:
+        assert np.array_equal(back.ops[k], tr.ops[k]), k
+    assert len(wide_file(tr)) > len(T.encode(tr))
+
+
+@pytest.mark.parametrize("entry", [{"const": 0.5}, {"const": True}, {"const": "0"}, {"const": 0, "dtype": "i1"},
+                                   {"dtype": "f4"}, {}])
+def test_a_column_stored_in_a_way_its_type_cannot_take_is_refused(entry: dict) -> None:
+    import hashlib
+    import json
+    import struct
+
+    data = T.encode(toy().build(header()))
+    (hlen,) = struct.unpack_from("<Q", data, 8)
+    head = json.loads(data[16:16 + hlen])
+    col = next(c for c in head["columns"] if c["name"] == "node")
+    col.pop("dtype", None), col.pop("const", None)
+    col.update(entry)
+    hb = json.dumps(head, sort_keys=True, separators=(",", ":")).encode()
+    body = data[:8] + struct.pack("<Q", len(hb)) + hb + data[16 + hlen:-32]
+    with pytest.raises(T.TraceError, match="corrupt trace header|truncated"):
+        T.decode(body + hashlib.sha256(body).digest())
+
+
 def test_encoding_is_deterministic() -> None:
     assert T.encode(toy().build(header())) == T.encode(toy().build(header()))
 
