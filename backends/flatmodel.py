@@ -2,7 +2,8 @@
 
 Rules kept: ``grad`` is the mean cross-entropy gradient of one minibatch at given flat
 weights (plain autograd); ``grad_batch`` computes several at once over stacked weights
-(``functional_call`` + ``vmap``), each row equal to ``grad``'s; a scale multiplies the
+(``functional_call`` + ``vmap``, or for a plain Linear/ReLU stack the hand-written kernels of
+:mod:`.mlp_batched`), each row equal to ``grad``'s up to float rounding; a scale multiplies the
 finished gradient (so a replay is bit-identical to a live server's ``gradient × scale``).
 """
 
@@ -14,6 +15,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from .autograd_engine import backward, gradients
+from .mlp_batched import grad_batch as mlp_grad_batch
+from .mlp_batched import mlp_layers
 
 EVAL_CHUNK = 2048  # test samples per forward pass of an evaluation
 
@@ -42,6 +45,7 @@ class FlatModel:
             o += k
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
+        self._mlp = mlp_layers(model)  # (starts with Flatten, layers) or None: the vmap path
         self._loaded: Tensor | None = None
         self._seed = torch.ones((), device=self.work.device)
 
@@ -74,6 +78,15 @@ class FlatModel:
         a (B, P) tensor: the weights already stacked (it is used as is, not copied).
         """
         b = xb.shape[0]
+        if self._mlp is not None and (self._mlp[0] or xb.dim() == 3):
+            if isinstance(zs, Tensor):
+                stacked = zs
+            else:
+                stacked = zs[0].expand(b, self.size) if len(zs) == 1 else torch.stack(zs)
+            out = torch.empty(b, self.size, dtype=stacked.dtype, device=stacked.device)
+            with torch.no_grad():
+                losses = mlp_grad_batch(self._mlp[1], stacked, xb, yb, scale, out)
+            return out, losses
         if isinstance(zs, Tensor):
             stacked = zs.detach().requires_grad_()
         elif len(zs) == 1:

@@ -270,6 +270,42 @@ def test_batched_gradients_equal_plain_autograd_rows():
     assert float(batch[:, -6:].abs().max()) == 0.0 and float(batch[:, :8].abs().max()) > 0
 
 
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 7), nn.ReLU(), nn.Linear(7, 4)), (3, 4)),
+    (lambda: nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 5, bias=False), nn.ReLU(),
+                           nn.Linear(5, 3)), (6,)),
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(6, 3, bias=False)), (6,)),
+])
+def test_the_hand_written_mlp_kernel_equals_autograd_row_by_row(make, shape):
+    # truth: plain autograd of F.cross_entropy on an independent copy of the model, one row at a time
+    from ddlsim.backends.mlp_batched import mlp_layers
+
+    torch.manual_seed(1)
+    model = make()
+    flat = FlatModel(model)
+    assert flat._mlp is not None
+    b, mu = 5, 4
+    zs = torch.randn(b, flat.size)
+    xb, yb = torch.randn(b, mu, *shape), torch.randint(0, 3, (b, mu))
+    scale = torch.tensor([1.0, 0.5, 2.0, 0.0, -1.0])
+    batch, losses = flat.grad_batch(zs, xb, yb, scale)
+    for k in range(b):
+        ref = make()
+        torch.nn.utils.vector_to_parameters(zs[k], ref.parameters())
+        loss = F.cross_entropy(ref(xb[k]), yb[k])
+        gs = torch.autograd.grad(loss * float(scale[k]), list(ref.parameters()))
+        assert torch.allclose(batch[k], torch.cat([g.reshape(-1) for g in gs]), atol=1e-6, rtol=1e-5)
+        assert float(losses[k]) == pytest.approx(float(loss.detach()), rel=1e-6)
+    # one set of weights for every row, no scale
+    same, _ = flat.grad_batch([zs[0]], xb, yb)
+    for k in range(b):
+        assert torch.allclose(same[k], flat.grad(zs[0], xb[k], yb[k])[0], atol=1e-6)
+    # not a plain Linear/ReLU stack: the vmap path
+    assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 2))) is None
+    assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.ReLU())) is None
+    assert mlp_layers(nn.Sequential(nn.Flatten(2), nn.Linear(3, 2))) is None
+
+
 # (d) ------------------------------------------------------------------------------------
 def test_same_seed_same_curves():
     # rule: DESIGN.md — the same seed gives the same accuracy; another init seed differs
