@@ -168,7 +168,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, stall: np.ndarray,
             adraw: np.ndarray, link_in: np.ndarray, link_out: np.ndarray, queue: np.ndarray,
             batches: np.ndarray, done_clock: np.ndarray, at_clock: np.ndarray, waiting: np.ndarray,
-            blocked: np.ndarray, pend: np.ndarray, acc: np.ndarray,
+            pend: np.ndarray, acc: np.ndarray,
             ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
             kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
             src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
@@ -296,9 +296,10 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         if bound >= 0:
             cc = done_clock[i]
             done_clock[i] = cc + 1
-            at_clock[cc] -= 1
-            at_clock[cc + 1] += 1
-            if cc == st[11] and at_clock[cc] == 0:
+            ring = bound + 2  # every count lies in slowest … slowest + bound + 1: a ring of counts
+            at_clock[cc % ring] -= 1
+            at_clock[(cc + 1) % ring] += 1
+            if cc == st[11] and at_clock[cc % ring] == 0:
                 st[11] = cc + 1
         if st[6] >= c or st[2] == total:
             _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
@@ -314,20 +315,41 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                     st[10] += 1
                 st[14] = 0
         elif bound >= 0:
-            blocked[i] = 1
+            # SSP: a learner waits while its count exceeds the slowest's by more than the bound;
+            # every waiting learner has the same count (the slowest + bound + 1 of when it began
+            # to wait), so they all go together when the slowest moves: O(1) per gradient plus
+            # a sort of those released (O(log λ) each)
             limit = st[11] + bound
-            for w in range(lam):  # released in index order: every blocked learner within the bound
-                if blocked[w] == 1 and done_clock[w] <= limit:
-                    blocked[w] = 0
-                    pend[st[10] % lam] = w
+            n = st[14]
+            if n > 0 and done_clock[waiting[0]] <= limit:
+                keep = done_clock[i] > limit
+                if not keep:
+                    waiting[n] = i
+                    n += 1
+                _sort_prefix(waiting, n)
+                for w in range(n):
+                    pend[st[10] % lam] = waiting[w]
                     st[10] += 1
+                st[14] = 0
+                if keep:
+                    waiting[0] = i
+                    st[14] = 1
+            elif done_clock[i] <= limit:
+                pend[st[10] % lam] = i
+                st[10] += 1
+            else:
+                waiting[n] = i
+                st[14] = n + 1
         else:
             pend[st[10] % lam] = i
             st[10] += 1
 
 
 def _sort_prefix(a: np.ndarray, n: int) -> None:
-    """Insertion sort of a[:n] (a round's waiting learners)."""
+    """Sort a[:n] in place (a round's waiting learners): insertion sort when short, else NumPy's."""
+    if n > 32:
+        a[:n] = np.sort(a[:n])
+        return
     for x in range(1, n):
         v = a[x]
         y = x - 1
@@ -518,16 +540,16 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     link_in, link_out, queue = fifo(), fifo(), fifo()
     ht, hk, hs = np.zeros(lam + 1), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
-    batches, waiting, blocked = np.zeros(lam, np.int64), np.zeros(lam, np.int64), np.zeros(lam, np.int64)
+    batches, waiting = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64)
     done_clock = np.zeros(lam, np.int64)
-    at_clock = np.zeros(total + 2, np.int64) if core.bound >= 0 else np.zeros(1, np.int64)
+    at_clock = np.zeros(core.bound + 2 if core.bound >= 0 else 1, np.int64)  # learners per count (a ring)
     pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + 1, 3), np.int64)
     if core.bound >= 0:
         at_clock[0] = lam
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, blocked, pend, acc, ht, hk, hs, ev_i, ev_f, *cols)
+                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, *cols)
         if status == DONE:
             break
         i = int(st[12])
