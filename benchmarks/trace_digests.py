@@ -6,7 +6,9 @@
 
 Each line is one sweep point: scenario, run id, the digest of the trace (header and columns) and the
 digest of its summary row (``wall``-clock keys excluded). ``--only NAME`` limits the run to
-some scenarios; ``--jobs`` runs points in parallel processes (default: the cores).
+some scenarios; ``--jobs`` runs points in parallel processes (default: the cores);
+``--engine simpy`` and ``--engine fast`` digest the points the fast engine covers with that
+engine (the two outputs must be equal: the fast engine's byte-identity on bundled scenarios).
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-def _digest(args: tuple[str, int, list[str]]) -> dict:
+def _digest(args: tuple[str, int, list[str], str]) -> dict:
     from ddlsim.scenarios.load import load
+    from ddlsim.simulator import fast_ps
     from ddlsim.simulator import trace as tracemod
     from ddlsim.simulator.run import simulate
 
-    path, index, overrides = args
+    path, index, overrides, engine = args
     point = load(path, overrides).points()[index]
-    sim = simulate(point)
+    if engine != "auto" and fast_ps.covers(point) is not None:
+        return {"scenario": Path(path).stem, "run_id": point["_id"], "skipped": "not covered by the fast engine"}
+    sim = simulate(point, engine)
     h = hashlib.sha256(json.dumps(sim.trace.header, sort_keys=True, default=str).encode())
     for table, spec in ((sim.trace.ops, tracemod.OP_COLUMNS), (sim.trace.inputs, tracemod.INPUT_COLUMNS)):
         for name, dtype in spec.items():
@@ -45,6 +50,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--dir", help="scenario folder (default: the bundled catalogue)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--engine", default="auto", choices=("auto", "simpy", "fast"),
+                    help="simpy/fast: only the points the fast engine covers (compare the two outputs)")
     args = ap.parse_args()
     work = []
     if args.dir:
@@ -53,7 +60,7 @@ def main() -> None:
         if args.only and f.stem not in args.only:
             continue
         n = len(load(f, args.set).points())
-        work += [(str(f), i, args.set) for i in range(n)]
+        work += [(str(f), i, args.set, args.engine) for i in range(n)]
     with ProcessPoolExecutor(args.jobs) as ex:
         for row in ex.map(_digest, work):
             print(json.dumps(row, sort_keys=True), flush=True)
