@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .table import is_number, label, labels
+from .table import is_number, label
 
 Row = Mapping[str, Any]
 LR_POLICY = "optimizer.lr_policy"

@@ -20,7 +20,7 @@ from .figures import FORMATS, FigureSpec, render_bytes, save_figures
 from .findings import answers, findings, learned
 from .metrics import pareto_front
 from .results import Results, load_results
-from .table import Table, is_number, labels
+from .table import Table, labels
 
 MIME = {"svg": "image/svg+xml", "png": "image/png"}
 

@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..simulator.stats import staleness_stats
 from ..simulator.trace import APPLY, GRAD, Trace, TraceError
 from ..simulator.trace import read as read_trace
 from .base import BackendError, BackendResult, RunOptions
+from .live_faults import laggards, read_beats
 from .live_gossip import node
 from .live_ps import learner, server
 
@@ -174,8 +176,8 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
                            f"with {how}; the other processes were terminated") from None
     except mp.ProcessRaisedException as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise BackendError(_blame(point, out, stopped) or f"live run stopped: {role(point, e.error_index)} "
-                           f"failed: {lines[-1].strip()}") from None
+        raise BackendError(_blame(point, out, stopped, str(e))
+                           or f"live run stopped: {role(point, e.error_index)} failed: {lines[-1].strip()}") from None
     finally:
         spawn_log.setLevel(level)
         for p in ctx.processes:
@@ -186,20 +188,38 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
 SILENT = "sent nothing for"  # the server's words for a learner that stopped answering (live_ps)
 
 
-def _blame(point: dict[str, Any], out: str, stopped: list[int]) -> str | None:
+TIMED_OUT = "Timed out"  # gloo's words when a collective or a receive waited live.timeout_s
+
+
+def _blame(point: dict[str, Any], out: str, stopped: list[int], raised: str = "") -> str | None:
     """The cause of a failed run when it is not the process that failed first: a process the
-    OS had stopped (SIGSTOP, a debugger), else a learner the server found silent."""
+    OS had stopped (SIGSTOP, a debugger), else a learner the server found silent (its words in
+    ``raised``, the error a process raised, or in the server's stderr), else (a gossip run
+    whose wait timed out) the nodes whose heartbeats fell behind the others'."""
     if stopped:
         names = ", ".join(role(point, r) for r in stopped)
         return (f"live run stopped: {names} stopped responding (process state: stopped, e.g. SIGSTOP or a "
                 f"debugger) for live.timeout_s = {point['live']['timeout_s']:g} s; the other processes were terminated")
     try:
         with open(os.path.join(out, "rank0.err"), "rb") as f:
-            text = f.read(1 << 20).decode("utf-8", "replace")
+            text = raised + "\n" + f.read(1 << 20).decode("utf-8", "replace")
     except OSError:
-        return None
+        text = raised
     said = [ln.split(": ", 1)[-1] for ln in text.splitlines() if SILENT in ln]
-    return f"live run stopped: {said[-1].strip()}; the other processes were terminated" if said else None
+    if said:
+        return f"live run stopped: {said[-1].strip()}; the other processes were terminated"
+    return _laggard(point, out) if TIMED_OUT in raised and not is_ps(point) else None
+
+
+def _laggard(point: dict[str, Any], out: str) -> str | None:
+    """Name the gossip nodes that stopped making progress (their heartbeats behind the others')."""
+    behind, done, others, last = laggards(read_beats(out, world_size(point)))
+    if not behind:
+        return None
+    names = ", ".join(role(point, r) for r in behind)
+    return (f"live run stopped: {names} made no progress for {time.monotonic() - last:.1f} s (finished {done} "
+            f"gradients, the others at least {others}; live.timeout_s = {point['live']['timeout_s']:g}): "
+            f"it hung or is far too slow; the other processes were terminated")
 
 
 def process_state(pid: int) -> str:
@@ -281,8 +301,8 @@ def round_trip_s(trace: Trace) -> float:
     ops = trace.ops
     g = np.flatnonzero(ops["kind"] == GRAD)
     gaps = []
-    for learner in np.unique(ops["node"][g]):
-        mine = g[ops["node"][g] == learner]
+    for lrn in np.unique(ops["node"][g]):
+        mine = g[ops["node"][g] == lrn]
         gaps.append(ops["t_start"][mine[1:]] - ops["t_end"][mine[:-1]])
     gaps_all = np.concatenate(gaps) if gaps else np.zeros(0)
     return float(gaps_all.mean()) if len(gaps_all) else 0.0

@@ -40,6 +40,7 @@ from ..simulator.topology import in_peers, out_peers, period, symmetric_topology
 from .base import BackendError
 from .optim import Optimizer
 from .flatmodel import FlatModel
+from .live_faults import Heartbeat, fail_if_due
 from .workloads import build_model, load_data
 
 class Node:
@@ -65,13 +66,13 @@ class Node:
         self.version = 0
         self.opt = Optimizer(point["optimizer"], 0.0)
         self.log: list[tuple] = []  # (time, kind, fields...)
+        self.heartbeat: Heartbeat | None = None
 
     def gradient(self, start: int) -> tuple[torch.Tensor, float, float]:
         """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``;
-        ``live.fail_learner`` = this node kills itself after ``live.fail_after`` gradients."""
-        live = self.point["live"]
-        if live["fail_learner"] == self.i and self.computed >= live["fail_after"]:
-            os.kill(os.getpid(), 9)
+        ``live.fail_learner`` = this node fails after ``live.fail_after`` gradients
+        (:func:`.live_faults.fail_if_due`); each finished gradient beats the heartbeat."""
+        fail_if_due(self.point["live"], self.i, self.computed)
         self.computed += 1
         t0 = time.monotonic()
         if self.emulated:
@@ -85,6 +86,8 @@ class Node:
         delay = end - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if self.heartbeat is not None:
+            self.heartbeat.beat(self.computed)
         return g, t0, time.monotonic()
 
 
@@ -94,6 +97,7 @@ def node(point: dict[str, Any], rank: int, out: str) -> None:
     if refusal:
         raise BackendError(refusal)
     me = Node(point, rank)
+    me.heartbeat = Heartbeat(out, rank)
     dist.barrier()
     epoch0 = time.monotonic()
     K = iterations(point)

@@ -30,6 +30,7 @@ from ..simulator.dataorder import SampleStream
 from ..simulator.protocols import PSCore, clean_point, header_for
 from .optim import Optimizer
 from .flatmodel import FlatModel
+from .live_faults import fail_if_due
 from .workloads import build_model, load_data
 
 HEADER = 6
@@ -158,8 +159,7 @@ def learner(point: dict[str, Any], rank: int) -> None:
         if delay > 0:
             time.sleep(delay)
         t_end = time.time() - t0
-        if live["fail_learner"] == i and sent >= live["fail_after"]:
-            os.kill(os.getpid(), 9)
+        fail_if_due(live, i, sent)
         dist.send(torch.tensor([rank, version, k, start, t_start, t_end], dtype=torch.float64), dst=0)
         dist.send(grad, dst=0)
         sent += 1

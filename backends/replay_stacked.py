@@ -39,7 +39,6 @@ Models that cannot be batched (batch norm) and single-node traces use the generi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 

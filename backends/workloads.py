@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..simulator.catalog import (FILE_DATASETS, IMAGE_MODELS, MLP_HIDDEN, SIMULATION_ONLY_MODELS,
+from ..simulator.catalog import (IMAGE_MODELS, MLP_HIDDEN, SIMULATION_ONLY_MODELS,
                                  TRAINABLE_MODELS, DatasetInfo, dataset_info)
 from .base import BackendError
 

@@ -16,8 +16,7 @@ from ..backends.device import resolve_device
 from . import commands
 from .advise_cli import register as register_advise
 from .cli_common import (CATALOGUE, RUN_TABLE, SIM_TABLE, UsageError, add_data_options, add_scenario_options,
-                         check_cost, check_data_sets, escape, load_scenario, out_dir, print_table,
-                         resolve_scenario)
+                         check_cost, check_data_sets, escape, load_scenario, out_dir, print_table)
 from .schema import ScenarioError
 
 def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:

@@ -14,7 +14,6 @@ docs/hardware.md (the catalogue's [sources]).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -182,7 +181,7 @@ class Result:
 
 def _point(keys: dict[str, Any]) -> dict[str, Any]:
     lam, mu = keys["cluster.learners"], keys["cluster.minibatch"]
-    lines = [f"name = \"published\"", "[workload]", "epochs = 1", f"samples_per_epoch = {lam * mu * ITERATIONS}"]
+    lines = ["name = \"published\"", "[workload]", "epochs = 1", f"samples_per_epoch = {lam * mu * ITERATIONS}"]
     sets = [f"{k}={v!r}".replace("'", '"') if isinstance(v, str) else f"{k}={v!r}" for k, v in keys.items()]
     return load_text("\n".join(lines), "<published>", sets).points()[0]
 

@@ -190,9 +190,11 @@ FIELDS: tuple[Field, ...] = (
     _i("live.port", 0, "TCP port of the live rendezvous; 0 picks a free one.", minimum=0, maximum=65535),
     _f("live.timeout_s", 60.0, "Limit of every blocking live call; a dead learner ends the run.", "s",
        minimum=0, min_exclusive=True, maximum=1e6),
-    _i("live.fail_learner", -1, "Fault injection: this learner kills itself (−1: none).", minimum=-1,
+    _i("live.fail_learner", -1, "Fault injection: this learner fails (−1: none).", minimum=-1,
        maximum=100_000),
     _i("live.fail_after", 1, "Fault injection: after this many gradients.", minimum=0, maximum=10**9),
+    _s("live.fail_mode", "kill", "Fault injection: how the learner fails: it kills itself, or it hangs "
+       "(keeps running, never answers again).", choices=("kill", "hang")),
 )
 
 FIELD_BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}

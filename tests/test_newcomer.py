@@ -10,7 +10,6 @@ import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
-import pytest
 
 from ddlsim.scenarios.cli_common import CATALOGUE, duration
 

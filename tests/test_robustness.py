@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from ddlsim.scenarios import runner
-from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
 
 SWEEP = """
