@@ -137,28 +137,20 @@ class LearnerClock:
             return [start + m for m in marks]
         out, t, prev = [], start, 0.0
         for m in marks:
-            left = m - prev
+            t = self._walk(t, m - prev)
             prev = m
-            while True:
-                while self._e <= t:
-                    self._advance()
-                if self._s <= t:
-                    t = self._e
-                    self._advance()
-                    continue
-                if t + left <= self._s:
-                    t = t + left
-                    break
-                left -= self._s - t
-                t = self._e
-                self._advance()
             out.append(t)
         return out
 
     def finish(self, start: float, work: float) -> float:
+        """When ``work`` seconds of computing that begins at ``start`` is done, stalls applied."""
         if self._s == math.inf:
             return start + work
-        t, left = start, work
+        return self._walk(start, work)
+
+    def _walk(self, t: float, left: float) -> float:
+        """The rule: computing pauses from each stall's start to its end; ``left`` seconds of
+        it from ``t`` end at the returned time (the stall stream advanced past it)."""
         while True:
             while self._e <= t:
                 self._advance()
