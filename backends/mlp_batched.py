@@ -31,7 +31,8 @@ class Linear:
 
 def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
     """(starts with Flatten, the layers) when ``model`` is a plain Linear/ReLU stack whose
-    parameters are exactly its Linear layers' (in ``named_parameters`` order); else None."""
+    parameters are exactly its Linear layers', none shared (a tied weight's gradient is a sum
+    the kernels do not form); else None."""
     if type(model) is not nn.Sequential:
         return None
     mods = list(model)
@@ -55,6 +56,9 @@ def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
         else:
             return None
     if not layers or layers[-1].relu:
+        return None
+    owned = [id(p) for m in mods if type(m) is nn.Linear for p in m.parameters()]
+    if len(owned) != len(set(owned)) or set(owned) != set(offsets) or len(offsets) != len(owned):
         return None
     return flatten, layers
 

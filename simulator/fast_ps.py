@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover
 
 STALL_MARGIN = 256    # stall draws a learner must have left before it starts a minibatch
 # kernel status codes
-DONE, NEED_WORK, NEED_STALL, NEED_APPLY, STALL_OVERFLOW, NEED_FLUSH = 0, 1, 2, 3, 4, 5
+DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 5
 # event kinds
 SEND, PROCESSED = 0, 1
 
@@ -99,19 +99,28 @@ def _advance(i: int, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray, sle
 
 
 def _finish(i: int, start: float, work: float, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
-            slen: np.ndarray, scale_gap: float, scale_len: float) -> float:
-    """LearnerClock.finish; −1 when the stall draws ran out mid-way."""
+            slen: np.ndarray, scale_gap: float, scale_len: float, fst: np.ndarray) -> float:
+    """LearnerClock.finish; −1 when the stall draws ran out mid-way, the walk's (t, work left)
+    then kept in fst[6], fst[7] for :func:`_walk` to resume exactly where it stopped."""
     if stall[i, 0] == math.inf:
         return start + work
-    t = start
-    left = work
+    return _walk(i, start, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+
+
+def _walk(i: int, t: float, left: float, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
+          slen: np.ndarray, scale_gap: float, scale_len: float, fst: np.ndarray) -> float:
+    """LearnerClock._walk from (t, left). A failed _advance changes nothing, and every place
+    it can fail is followed by the loop's head, so resuming from the saved (t, left) replays
+    the failed step and goes on as one uninterrupted walk would."""
     while True:
         while stall[i, 1] <= t:
             if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
+                fst[6], fst[7] = t, left
                 return -1.0
         if stall[i, 0] <= t:
             t = stall[i, 1]
             if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
+                fst[6], fst[7] = t, left
                 return -1.0
             continue
         if t + left <= stall[i, 0]:
@@ -119,6 +128,7 @@ def _finish(i: int, start: float, work: float, stall: np.ndarray, sdraw: np.ndar
         left -= stall[i, 0] - t
         t = stall[i, 1]
         if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
+            fst[6], fst[7] = t, left
             return -1.0
 
 
@@ -194,6 +204,14 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     layout, shard_len, per_epoch = ip[8], ip[9], ip[10]
     tx, lat, every, scale_gap, scale_len = fp[0], fp[1], fp[2], fp[3], fp[4]
     while True:
+        if st[18]:  # a minibatch whose stall walk ran out of draws: resume it
+            i = st[18] - 1
+            end = _walk(i, fst[6], fst[7], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+            if end < 0.0:
+                st[12] = i
+                return NEED_STALL
+            st[18] = 0
+            _started(st, ev_i, ev_f, ht, hk, hs, i, st[19], fst[4], fst[5], end)
         # 1. learners released by the last event start their next minibatch (a pull each)
         while st[9] < st[10]:
             i = pend[st[9] % lam]
@@ -222,19 +240,12 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             work = wdraw[i, wpos[i]]
             wpos[i] += 1
             fst[2] += work
-            end = _finish(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len)
-            if end < 0.0:
-                st[12] = i
-                return STALL_OVERFLOW
-            delay = end - now
-            if delay < 0.0:
-                delay = 0.0
-            ev_i[i, 0] = SEND
-            ev_i[i, 1] = st[0]
-            ev_i[i, 2] = k
-            ev_f[i] = t
-            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-            st[8] += 1
+            end = _finish(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+            if end < 0.0:  # more stalls inside this minibatch than draws at hand: refill, resume
+                st[12], st[18], st[19] = i, i + 1, k
+                fst[4], fst[5] = t, now
+                return NEED_STALL
+            _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, end)
         # 2. the next event (room for it, and for the caller's final apply and eval, first)
         if st[4] - st[16] + 3 > kind.shape[0] or st[5] - st[17] + c + 1 > in_grad.shape[0]:
             return NEED_FLUSH
@@ -296,7 +307,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         if bound >= 0:
             cc = done_clock[i]
             done_clock[i] = cc + 1
-            ring = bound + 2  # every count lies in slowest … slowest + bound + 1: a ring of counts
+            ring = len(at_clock)  # every count lies in slowest … slowest + bound + 1: a ring of counts
             at_clock[cc % ring] -= 1
             at_clock[(cc + 1) % ring] += 1
             if cc == st[11] and at_clock[cc % ring] == 0:
@@ -343,6 +354,21 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         else:
             pend[st[10] % lam] = i
             st[10] += 1
+
+
+def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray, hk: np.ndarray,
+             hs: np.ndarray, i: int, k: int, t: float, now: float, end: float) -> None:
+    """Learner ``i`` began minibatch ``k`` at ``t`` (pulled ``now``) and finishes at ``end``:
+    its send event, on the version it read."""
+    delay = end - now
+    if delay < 0.0:
+        delay = 0.0
+    ev_i[i, 0] = SEND
+    ev_i[i, 1] = st[0]
+    ev_i[i, 2] = k
+    ev_f[i] = t
+    st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+    st[8] += 1
 
 
 def _sort_prefix(a: np.ndarray, n: int) -> None:
@@ -420,7 +446,9 @@ if numba is not None:
     _jit = numba.njit(cache=True, nogil=True)
     _reserve = _jit(_reserve)
     _advance = _jit(_advance)
+    _walk = _jit(_walk)
     _finish = _jit(_finish)
+    _started = _jit(_started)
     _heap_push = _jit(_heap_push)
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
@@ -509,9 +537,9 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
                    max(1, N // lam), max(1, max(1, N // lam) // mu)], dtype=np.int64)
     fp = np.array([tx, lat, cad.every, scale_gap, scale_len])
-    st = np.zeros(18, np.int64)
+    st = np.zeros(20, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
-    fst = np.array([cad.next, 0.0, 0.0, 0.0])
+    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     max_ops = 2 * total + int(total * mu / (N / wl["evals_per_epoch"])) + 8
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
@@ -542,7 +570,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
     batches, waiting = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64)
     done_clock = np.zeros(lam, np.int64)
-    at_clock = np.zeros(core.bound + 2 if core.bound >= 0 else 1, np.int64)  # learners per count (a ring)
+    # learners per count, a ring: counts lie in slowest … slowest + bound + 1, and in 0 … total
+    at_clock = np.zeros(min(core.bound, total) + 2 if core.bound >= 0 else 1, np.int64)
     pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + 1, 3), np.int64)
     if core.bound >= 0:
         at_clock[0] = lam
@@ -568,8 +597,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
                 cols = cols_of(ops, inputs)
             else:
                 flush()
-        else:  # pragma: no cover - hundreds of stalls inside one minibatch
-            raise RuntimeError("fast engine: a minibatch spans more stalls than its draw margin")
+        else:  # pragma: no cover - the kernel returns no other status
+            raise RuntimeError(f"fast engine: unknown status {status}")
     end_time = float(fst[1])
     # PSCore.finish: a last partial group, then the final eval
     if st[6] > 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from array import array
 from dataclasses import dataclass
@@ -196,15 +197,22 @@ STORED_DTYPES = ("u1", "i1", "i2", "i4", "i8", "f8")  # how a column may be stor
 CHUNK_ROWS = 1 << 20  # rows converted at a time when writing (bounds the memory a write adds)
 
 
-def stored_dtype(values: np.ndarray, dtype: str) -> dict[str, Any]:
-    """How a column of canonical ``dtype`` is stored: ``{"const": v}`` when it holds one
-    finite value throughout, else ``{"dtype": d}`` with ``d`` the narrowest signed integer type
-    holding its range (integer columns) or the canonical type (``kind`` and floats). Reading
-    restores the canonical column exactly."""
+ANCHORS = ("kind", "grad_op")  # always stored as bytes: they bound each table's length
+
+
+def stored_dtype(values: np.ndarray, dtype: str, name: str = "") -> dict[str, Any]:
+    """How column ``name`` of canonical ``dtype`` is stored: ``{"const": v}`` when it holds one
+    finite value throughout (one sign of zero; never an :data:`ANCHORS` column), else
+    ``{"dtype": d}`` with ``d`` the narrowest signed integer type holding its range (integer
+    columns) or the canonical type (``kind`` and floats). Reading restores the column exactly."""
     if len(values) and dtype != "u1":
         lo, hi = values.min(), values.max()
-        if lo == hi and np.isfinite(lo):
-            return {"const": int(lo) if dtype.startswith("i") else float(lo)}
+        if lo == hi and np.isfinite(lo) and name not in ANCHORS:
+            if dtype.startswith("f") and (lo != 0 or np.signbit(values).all() or not np.signbit(values).any()):
+                return {"const": float(lo)}
+            info = np.iinfo(dtype) if dtype.startswith("i") else None
+            if info is not None and info.min <= lo <= info.max:
+                return {"const": int(lo)}
         if dtype.startswith("i"):
             for d in ("i1", "i2", "i4"):
                 info = np.iinfo(d)
@@ -223,7 +231,8 @@ def chunks(trace: Trace) -> Iterator[bytes]:
         data = trace.ops if table == "ops" else trace.inputs
         for name, dt in spec.items():
             arr = np.asarray(data[name])
-            cols.append(({"table": table, "name": name, "length": int(len(arr)), **stored_dtype(arr, dt)}, arr))
+            cols.append(({"table": table, "name": name, "length": int(len(arr)), **stored_dtype(arr, dt, name)},
+                         arr))
     header["columns"] = [c for c, _ in cols]
     hbytes = json.dumps(_finite(header), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     h = hashlib.sha256()
@@ -276,7 +285,7 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
         raise TraceError(f"{name}: truncated trace (header runs past the end of the file)")
     try:
         header = json.loads(body[hstart:hstart + hlen])
-    except ValueError:
+    except (ValueError, RecursionError):
         raise TraceError(f"{name}: corrupt trace header") from None
     if hashlib.sha256(body).digest() != digest:
         raise TraceError(f"{name}: corrupt trace (checksum mismatch)")
@@ -309,29 +318,44 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
 
 
 def _columns_ok(cols: Any) -> bool:
-    """The header's column list is well formed: known tables, each column stored as one of
-    :data:`STORED_DTYPES` or as one constant of its kind (an integer for an integer column),
-    lengths ≥ 0."""
+    """The header's column list is well formed: known tables and column names, each at most
+    once; each column stored as one of :data:`STORED_DTYPES` its canonical type can take back
+    (no wider, no other kind) or as one constant of its kind; within a table one length, and
+    a table with no stored bytes empty (so a constant column never outgrows the file)."""
     known = {"ops": OP_COLUMNS, "inputs": INPUT_COLUMNS}
-    return isinstance(cols, list) and all(
-        isinstance(c, dict) and c.get("table") in known and isinstance(c.get("name"), str)
-        and isinstance(c.get("length"), int) and not isinstance(c["length"], bool) and c["length"] >= 0
-        and _stored_ok(c, known[c["table"]].get(c["name"], "f8"))
-        for c in cols)
+    if not isinstance(cols, list) or not all(isinstance(c, dict) for c in cols):
+        return False
+    seen: set[tuple[str, str]] = set()
+    lengths: dict[str, set[int]] = {"ops": set(), "inputs": set()}
+    stored: dict[str, bool] = {"ops": False, "inputs": False}
+    for c in cols:
+        table, name, length = c.get("table"), c.get("name"), c.get("length")
+        if not (isinstance(table, str) and table in known and isinstance(name, str) and name in known[table]
+                and (table, name) not in seen and isinstance(length, int) and not isinstance(length, bool)
+                and length >= 0 and _stored_ok(c, known[table][name])):
+            return False
+        seen.add((table, name))
+        lengths[table].add(length)
+        stored[table] = stored[table] or "dtype" in c
+    return all(len(v) <= 1 and (stored[t] or v <= {0}) for t, v in lengths.items())
 
 
 def _stored_ok(c: dict[str, Any], canonical: str) -> bool:
-    """One column entry says how it is stored, in a way its canonical type can take back."""
+    """One column entry says how it is stored, in a way its canonical type takes back exactly."""
     if ("const" in c) == ("dtype" in c):
         return False
     if "dtype" in c:
-        return c["dtype"] in STORED_DTYPES
+        d = c["dtype"]
+        if not isinstance(d, str) or d not in STORED_DTYPES:
+            return False
+        if canonical.startswith("i"):
+            return d.startswith("i") and np.dtype(d).itemsize <= np.dtype(canonical).itemsize
+        return d == canonical
     v = c["const"]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
     if canonical.startswith("f"):
-        return np.isfinite(v)
-    return isinstance(v, int) and np.iinfo(canonical).min <= v <= np.iinfo(canonical).max
+        return isinstance(v, float) and math.isfinite(v)
+    info = np.iinfo(canonical)
+    return isinstance(v, int) and not isinstance(v, bool) and info.min <= v <= info.max
 
 
 def read(path: str | Path) -> Trace:

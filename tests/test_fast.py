@@ -144,3 +144,28 @@ def test_many_learners_waiting_at_once_are_released_as_the_reference_releases_th
     # SSP's guarantee: no learner runs more than bound + 1 of its gradients ahead of the slowest
     assert ref.summary["staleness_max"] <= ((bound + 1) * 80 if protocol != "hardsync" else 0)
     assert fast.summary == ref.summary
+
+
+def test_a_long_wait_under_frequent_stalls_runs_on_the_fast_engine_as_on_simpy() -> None:
+    # SSP with 100 stalls/s: a learner waiting for the slowest sits through hundreds of stalls
+    # before its next minibatch (the fast engine used to give up on this point)
+    p = make_point(protocol__name="ssp", cluster__learners=2, cluster__minibatch=1, workload__epochs=0.3,
+                   cluster__stragglers__stall_rate_per_s=100.0, cluster__stragglers__stall_mean_s=0.05)
+    assert T.encode(simulate(p, "fast").trace) == T.encode(simulate(p, "simpy").trace)
+
+
+def test_a_minibatch_spanning_hundreds_of_stalls_resumes_its_walk_after_a_refill() -> None:
+    # 1 s of work under 1000 stalls/s: ≈ 1000 stalls inside one minibatch, beyond the draws the
+    # kernel keeps at hand; the walk stops, the draws are refilled, it resumes where it stopped
+    p = make_point(protocol__name="async", cluster__learners=2, cluster__minibatch=1, workload__epochs=0.01,
+                   cluster__compute__base_s=1.0, cluster__stragglers__stall_rate_per_s=1000.0,
+                   cluster__stragglers__stall_mean_s=1e-4)
+    ref = simulate(p, "simpy")
+    assert T.encode(simulate(p, "fast").trace) == T.encode(ref.trace)
+    assert simulate(p, "fast", keep_trace=False).summary == ref.summary
+
+
+def test_a_huge_staleness_bound_costs_no_memory() -> None:
+    # staleness_bound = 10**9 on a 4-learner run: the ring of counts is bounded by the run's length
+    p = make_point(protocol__name="ssp", protocol__staleness_bound=10**9, cluster__learners=4, workload__epochs=0.05)
+    assert T.encode(simulate(p, "fast").trace) == T.encode(simulate(p, "simpy").trace)

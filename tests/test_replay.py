@@ -304,6 +304,14 @@ def test_the_hand_written_mlp_kernel_equals_autograd_row_by_row(make, shape):
     assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 2))) is None
     assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.ReLU())) is None
     assert mlp_layers(nn.Sequential(nn.Flatten(2), nn.Linear(3, 2))) is None
+    tied = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3))
+    tied[2].weight = tied[0].weight  # a tied weight's gradient is a sum: not for the kernels
+    assert mlp_layers(tied) is None
+    twice = nn.Linear(3, 3)
+    assert mlp_layers(nn.Sequential(twice, nn.ReLU(), twice)) is None
+    extra = nn.Sequential(nn.Linear(3, 2))
+    extra.register_parameter("temperature", nn.Parameter(torch.ones(1)))  # a parameter outside the layers
+    assert mlp_layers(extra) is None
 
 
 # (d) ------------------------------------------------------------------------------------

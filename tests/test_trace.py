@@ -96,7 +96,8 @@ def test_a_file_of_the_first_format_still_reads() -> None:
 
 
 @pytest.mark.parametrize("entry", [{"const": 0.5}, {"const": True}, {"const": "0"}, {"const": 0, "dtype": "i1"},
-                                   {"dtype": "f4"}, {}])
+                                   {"dtype": "f4"}, {}, {"dtype": "i8"}, {"dtype": "f8"}, {"dtype": "u1"},
+                                   {"const": 2**40}, {"const": 10**400}, {"dtype": ["i1"]}])
 def test_a_column_stored_in_a_way_its_type_cannot_take_is_refused(entry: dict) -> None:
     import hashlib
     import json
@@ -189,3 +190,62 @@ def test_mix_versions_follow_the_same_rules() -> None:
     b.mix(1, 1, 0, 5, 0.5, 0.5, 1.0, 2.0, 0.0)
     with pytest.raises(T.TraceError, match="before it exists"):
         T.check(b.build({"nodes": 2}))
+
+
+def _with_header(edit) -> bytes:
+    """The toy trace's file with its header changed by ``edit(header)`` (checksum redone)."""
+    import hashlib
+    import json
+    import struct
+
+    data = T.encode(toy().build(header()))
+    (hlen,) = struct.unpack_from("<Q", data, 8)
+    head = json.loads(data[16:16 + hlen])
+    head = edit(head) or head
+    hb = json.dumps(head, sort_keys=True, separators=(",", ":")).encode()
+    body = data[:8] + struct.pack("<Q", len(hb)) + hb + data[16 + hlen:-32]
+    return body + hashlib.sha256(body).digest()
+
+
+def _col(head: dict, name: str) -> dict:
+    return next(c for c in head["columns"] if c["name"] == name)
+
+
+def _inputs_as_constants(head: dict, length: int) -> None:
+    for c in head["columns"]:
+        if c["table"] == "inputs":
+            c.pop("dtype", None)
+            c.update(const=1.0 if c["name"] == "weight" else 0, length=length)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda h: _col(h, "coef").update(length=10**15),         # a constant longer than its table
+    lambda h: _col(h, "coef").update(length=2**63),
+    lambda h: _col(h, "coef").update(const=10**400),         # a float column's constant beyond floats
+    lambda h: _col(h, "node").update(table=["ops"]),         # not a name
+    lambda h: _col(h, "node").update(name="nodes"),          # not a column of ours
+    lambda h: h["columns"].append(dict(_col(h, "coef"))),    # a column twice
+    lambda h: _inputs_as_constants(h, 10**12),               # a table of constants only: no bytes bound it
+])
+def test_a_header_that_would_allocate_or_mislead_is_refused_in_one_line(edit) -> None:
+    with pytest.raises(T.TraceError, match="corrupt trace header|truncated"):
+        T.decode(_with_header(edit))
+
+
+def test_a_header_nested_beyond_the_parser_is_refused() -> None:
+    import hashlib
+    import struct
+
+    hb = b"[" * 100_000 + b"]" * 100_000
+    body = b"DDLTRACE" + struct.pack("<Q", len(hb)) + hb
+    with pytest.raises(T.TraceError, match="corrupt trace header"):
+        T.decode(body + hashlib.sha256(body).digest())
+
+
+def test_the_sign_of_zero_survives_a_round_trip() -> None:
+    b = T.TraceBuilder()
+    b.eval(0, 0, 0.0, 0.0)
+    b.eval(0, 0, 0.0, -0.0)
+    tr = b.build(header())
+    back = T.decode(T.encode(tr))
+    assert np.signbit(back.ops["epoch"]).tolist() == [False, True]
