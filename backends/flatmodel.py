@@ -43,6 +43,9 @@ class FlatModel:
             p.data = self.work[o:o + k].view_as(p)
             p.grad = self.grad_buf[o:o + k].view_as(p)  # backward() accumulates here, in place
             o += k
+        # frozen parameters (requires_grad False): no gradient, as plain autograd leaves them
+        offsets = [sum(self.sizes[:n]) for n in range(len(self.sizes))]
+        self._frozen = [(o, k) for o, k, q in zip(offsets, self.sizes, self.params) if not q.requires_grad]
         self.batchable = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
         self._vforward = vmap(lambda ps, xb: functional_call(self.model, ps, (xb,)))
         self._mlp = mlp_layers(model)  # (starts with Flatten, layers) or None: the vmap path
@@ -86,7 +89,7 @@ class FlatModel:
             out = torch.empty(b, self.size, dtype=stacked.dtype, device=stacked.device)
             with torch.no_grad():
                 losses = mlp_grad_batch(self._mlp[1], stacked, xb, yb, scale, out)
-            return out, losses
+            return self._unfrozen(out), losses
         if isinstance(zs, Tensor):
             stacked = zs.detach().requires_grad_()
         elif len(zs) == 1:
@@ -111,7 +114,13 @@ class FlatModel:
             else:
                 out[:, o:o + k].view(g.shape).copy_(g)
             o += k
-        return out, losses.detach()
+        return self._unfrozen(out), losses.detach()
+
+    def _unfrozen(self, out: Tensor) -> Tensor:
+        """``out`` with the frozen parameters' columns zero."""
+        for o, k in self._frozen:
+            out[:, o:o + k].zero_()
+        return out
 
     @torch.no_grad()
     def test_error(self, z: Tensor, x: Tensor, y: Tensor) -> float:

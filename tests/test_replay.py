@@ -304,6 +304,18 @@ def test_the_hand_written_mlp_kernel_equals_autograd_row_by_row(make, shape):
     assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 2))) is None
     assert mlp_layers(nn.Sequential(nn.Linear(3, 3), nn.ReLU())) is None
     assert mlp_layers(nn.Sequential(nn.Flatten(2), nn.Linear(3, 2))) is None
+    # a frozen layer gets no gradient on either batched path, as with plain autograd
+    for make_frozen in (lambda: nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)),
+                        lambda: nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))):
+        torch.manual_seed(2)
+        fm = make_frozen()
+        fm[0].weight.requires_grad_(False)
+        ff = FlatModel(fm)
+        zs2, xb2, yb2 = torch.randn(3, ff.size), torch.randn(3, 5, 4), torch.randint(0, 2, (3, 5))
+        rows, _ = ff.grad_batch(zs2, xb2, yb2)
+        for k in range(3):
+            assert torch.allclose(rows[k], ff.grad(zs2[k], xb2[k], yb2[k])[0], atol=1e-6)
+        assert float(rows[:, :12].abs().max()) == 0.0
     tied = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3))
     tied[2].weight = tied[0].weight  # a tied weight's gradient is a sum: not for the kernels
     assert mlp_layers(tied) is None
