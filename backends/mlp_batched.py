@@ -58,7 +58,7 @@ def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
     if not layers or layers[-1].relu:
         return None
     owned = [id(p) for m in mods if type(m) is nn.Linear for p in m.parameters()]
-    if len(owned) != len(set(owned)) or set(owned) != set(offsets) or len(offsets) != len(owned):
+    if len(owned) != len(set(owned)) or set(owned) != set(offsets):
         return None
     return flatten, layers
 

@@ -153,10 +153,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         row.update(measured_summary(trace))
         row["sim_time_s"] = row["measured_time_s"]
     row.update({"error": None, "wall_s": time.perf_counter() - t0})
-    ev = trace.ops["kind"] == trace_io.EVAL
     record = {"hash": trace.header.get("run_id", ""), "row": row,
               "curves": [{"run_id": point["_id"], **c} for c in result.curves],
-              "evals": [[float(t), float(e)] for t, e in zip(trace.ops["t_end"][ev], trace.ops["epoch"][ev])]}
+              "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
     atomic_write(out / "scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
                                                     "target_error": point["workload"]["target_error"]}))
     atomic_write(out / "runs" / point["_id"] / "staleness.csv", _staleness_csv(staleness_histogram(trace)))

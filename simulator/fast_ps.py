@@ -35,7 +35,7 @@ from .collectives import bucket_sizes
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps
 from .stats import histogram, merge_histograms
-from .trace import APPLY, EVAL, GRAD, INPUT_COLUMNS, OP_COLUMNS, Trace
+from .trace import APPLY, EVAL, GRAD, INPUT_COLUMNS, OP_COLUMNS, Trace, eval_schedule
 
 try:  # numba is a dependency; without it (an unusual install) the fast engine is unavailable
     import numba
@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover
 
 STALL_MARGIN = 256    # stall draws a learner must have left before it starts a minibatch
 # kernel status codes
-DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 5
+DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 4
 # event kinds
 SEND, PROCESSED = 0, 1
 
@@ -333,18 +333,15 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             limit = st[11] + bound
             n = st[14]
             if n > 0 and done_clock[waiting[0]] <= limit:
-                keep = done_clock[i] > limit
-                if not keep:
-                    waiting[n] = i
-                    n += 1
+                # the slowest moved; i, which began its gradient within the old limit, is
+                # within the new one too: it goes with them
+                waiting[n] = i
+                n += 1
                 _sort_prefix(waiting, n)
                 for w in range(n):
                     pend[st[10] % lam] = waiting[w]
                     st[10] += 1
                 st[14] = 0
-                if keep:
-                    waiting[0] = i
-                    st[14] = 1
             elif done_clock[i] <= limit:
                 pend[st[10] % lam] = i
                 st[10] += 1
@@ -553,8 +550,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         nonlocal hist
         n_ops, n_in = int(st[4] - st[16]), int(st[5] - st[17])
         hist = merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
-        ev = ops["kind"][:n_ops] == EVAL
-        evals.extend(zip(ops["t_end"][:n_ops][ev].tolist(), ops["epoch"][:n_ops][ev].tolist()))
+        evals.extend(eval_schedule(ops, n_ops))
         st[16], st[17] = st[4], st[5]
 
     def cols_of(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> tuple:
@@ -607,15 +603,11 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     if st[13] != EVAL:
         _eval(st, int(st[0]), end_time, st[3] / N, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])
     trace = None
-    if keep_trace:
+    if keep_trace:  # (the buffers hold the whole run: they were grown, never flushed)
         n_ops, n_in = int(st[4]), int(st[5])
         trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
                       {k: v[:n_in] for k, v in inputs.items()})
-        hist = histogram(trace.inputs["staleness"])
-        ev = trace.ops["kind"] == EVAL
-        evals = list(zip(trace.ops["t_end"][ev].tolist(), trace.ops["epoch"][ev].tolist()))
-    else:
-        flush()
+    flush()
     processed, T = int(st[2]), end_time
     summary = {
         "gradients": processed,

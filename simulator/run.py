@@ -10,7 +10,7 @@ from .gossip import simulate_gossip
 from .protocols import PSCore, header_for, is_ps
 from .ps import PSRun
 from .stats import histogram, stats_from_histogram
-from .trace import EVAL, Trace
+from .trace import Trace, eval_schedule
 
 
 @dataclass
@@ -55,8 +55,7 @@ def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = Tru
     else:
         trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
         hist = histogram(trace.inputs["staleness"])
-        ev = trace.ops["kind"] == EVAL
-        evals = list(zip(trace.ops["t_end"][ev].tolist(), trace.ops["epoch"][ev].tolist()))
+        evals = eval_schedule(trace.ops)
         sim_id = trace.header["run_id"]
     summary.update(stats_from_histogram(hist))
     return SimResult(trace, summary, hist, evals, sim_id)

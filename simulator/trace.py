@@ -20,6 +20,7 @@ refuses a bad file with :class:`TraceError`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import struct
@@ -197,6 +198,13 @@ STORED_DTYPES = ("u1", "i1", "i2", "i4", "i8", "f8")  # how a column may be stor
 CHUNK_ROWS = 1 << 20  # rows converted at a time when writing (bounds the memory a write adds)
 
 
+def eval_schedule(ops: dict[str, np.ndarray], n: int | None = None) -> list[tuple[float, float]]:
+    """(simulated time, epoch) of every eval op among the first ``n`` ops (all by default)."""
+    kind, t_end, epoch = ops["kind"][:n], ops["t_end"][:n], ops["epoch"][:n]
+    ev = kind == EVAL
+    return list(zip(t_end[ev].tolist(), epoch[ev].tolist()))
+
+
 ANCHORS = ("kind", "grad_op")  # always stored as bytes: they bound each table's length
 
 
@@ -236,14 +244,13 @@ def chunks(trace: Trace) -> Iterator[bytes]:
     header["columns"] = [c for c, _ in cols]
     hbytes = json.dumps(_finite(header), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     h = hashlib.sha256()
-    for piece in _column_bytes(cols, [MAGIC, struct.pack("<Q", len(hbytes)), hbytes]):
+    for piece in itertools.chain([MAGIC, struct.pack("<Q", len(hbytes)), hbytes], _column_bytes(cols)):
         h.update(piece)
         yield piece
     yield h.digest()
 
 
-def _column_bytes(cols: list[tuple[dict[str, Any], np.ndarray]], head: list[bytes]) -> Iterator[bytes]:
-    yield from head
+def _column_bytes(cols: list[tuple[dict[str, Any], np.ndarray]]) -> Iterator[bytes]:
     for c, arr in cols:
         if "dtype" in c:
             dt = np.dtype(c["dtype"]).newbyteorder("<")
