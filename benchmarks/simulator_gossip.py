@@ -1,20 +1,22 @@
 """Decentralized simulator throughput, and the 32-node table of docs/decentralized.md.
 
-Default: SGP (1-peer NPDDE, synchronous) with 32 nodes on the bundled
-``sgp-resnet50-10gbe`` scenario (ResNet-50/ImageNet, μ = 256): node-iterations and
-rounds (iterations of all 32 nodes) per wall-clock second, then the wall time of the
-full 90-epoch run (14,076 iterations per node, about 1.8M trace ops) with the trace built.
+Default: SGP (1-peer NPDDE, synchronous) and AR-SGD with 32 nodes on the bundled
+``sgp-resnet50-10gbe`` scenario (ResNet-50/ImageNet, μ = 256), 9 epochs: the SimPy engine and
+the fast engine as paired, interleaved runs (the speed ratio per pair, median and range), then
+the wall time of the full 90-epoch SGP run (14,076 iterations per node, about 1.8M trace ops)
+with the trace built, on each engine.
 
 ``--table``: simulate the 32-node points of ``sgp-resnet50-10gbe`` and
 ``sgp-resnet50-infiniband`` for 90 epochs (AR-SGD, D-PSGD blocking and overlapped, SGP,
 and SGP with overlap τ = 1) and print the Markdown tables of docs/decentralized.md.
 
-Run: ``python benchmarks/simulator_gossip.py [--quick] [--table]``.
+Run: ``python benchmarks/simulator_gossip.py [--quick] [--repeats R] [--table]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -28,12 +30,28 @@ def scenario_point(name: str, *sets: str) -> dict:
     return load(CATALOGUE / f"{name}.toml", list(sets)).points()[0]
 
 
-def bench(epochs: float, nodes: int = 32) -> tuple[float, dict, int]:
-    point = scenario_point("sgp-resnet50-10gbe", "protocol.name=\"sgp\"", f"cluster.learners={nodes}",
+def bench(protocol: str, epochs: float, engine: str, nodes: int = 32) -> tuple[float, dict, int]:
+    point = scenario_point("sgp-resnet50-10gbe", f"protocol.name=\"{protocol}\"", f"cluster.learners={nodes}",
                            f"workload.epochs={epochs}")
     t0 = time.perf_counter()
-    result = simulate(point)
+    result = simulate(point, engine)
     return time.perf_counter() - t0, result.summary, result.trace.n_ops
+
+
+def paired(protocol: str, epochs: float, repeats: int) -> None:
+    """The SimPy and the fast engine on the same point, interleaved (the order alternates):
+    the speed ratio per pair, median and range."""
+    bench(protocol, 0.05, "fast")  # the fast engine's start-up (numba cache load) apart
+    walls: dict[str, list[float]] = {"simpy": [], "fast": []}
+    for r in range(repeats):
+        for engine in ("simpy", "fast") if r % 2 == 0 else ("fast", "simpy"):
+            wall, s, ops = bench(protocol, epochs, engine)
+            walls[engine].append(wall)
+    ratio = sorted(a / b for a, b in zip(walls["simpy"], walls["fast"]))
+    med = statistics.median
+    print(f"{protocol} N=32 (ResNet-50/ImageNet, 10 GbE), {s['iterations']:,} iterations × 32 nodes, {ops:,} trace "
+          f"ops; {repeats} interleaved pairs: simpy {med(walls['simpy']):.2f} s, fast {med(walls['fast']):.3f} s "
+          f"wall (this machine); fast / simpy speed {med(ratio):.1f}× (range {ratio[0]:.1f}–{ratio[-1]:.1f})")
 
 
 ROWS = [("allreduce", "AR-SGD", []), ("dpsgd", "D-PSGD (blocking)", []),
@@ -73,20 +91,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the work, no 90-epoch run")
     ap.add_argument("--table", action="store_true", help="print the 32-node table of docs/decentralized.md")
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     if args.table:
         table()
         return
-    wall, s, ops = bench(1.0 if args.quick else 9.0)
-    node_iters = s["gradients"]
-    print(f"SGP N=32 (ResNet-50/ImageNet, 10 GbE): {s['iterations']:,} iterations × 32 nodes = "
-          f"{node_iters:,} node-iterations in {wall:.2f} s wall = {node_iters / wall:,.0f} node-iterations/s "
-          f"({s['iterations'] / wall:,.0f} 32-node iterations/s; {ops:,} trace ops)")
+    for protocol in ("sgp", "allreduce"):
+        paired(protocol, 1.0 if args.quick else 9.0, args.repeats)
     if not args.quick:
-        wall, s, ops = bench(90.0)
-        print(f"SGP N=32, 90 epochs: {s['iterations']:,} iterations per node, {ops:,} trace ops: "
-              f"{wall:.1f} s wall ({s['gradients'] / wall:,.0f} node-iterations/s)")
-
+        for engine in ("fast", "simpy"):
+            wall, s, ops = bench("sgp", 90.0, engine)
+            print(f"SGP N=32, 90 epochs, {engine} engine: {s['iterations']:,} iterations per node, {ops:,} trace ops: "
+                  f"{wall:.1f} s wall ({s['gradients'] / wall:,.0f} node-iterations/s)")
 
 if __name__ == "__main__":
     main()

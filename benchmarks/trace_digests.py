@@ -7,7 +7,7 @@
 Each line is one sweep point: scenario, run id, the digest of the trace (header and columns) and the
 digest of its summary row (``wall``-clock keys excluded). ``--only NAME`` limits the run to
 some scenarios; ``--jobs`` runs points in parallel processes (default: the cores);
-``--engine simpy`` and ``--engine fast`` digest the points the fast engine covers with that
+``--engine simpy`` and ``--engine fast`` digest the points a fast engine covers with that
 engine (the two outputs must be equal: the fast engine's byte-identity on bundled scenarios).
 """
 
@@ -22,13 +22,12 @@ from pathlib import Path
 
 def _digest(args: tuple[str, int, list[str], str]) -> dict:
     from ddlsim.scenarios.load import load
-    from ddlsim.simulator import fast_ps
     from ddlsim.simulator import trace as tracemod
-    from ddlsim.simulator.run import simulate
+    from ddlsim.simulator.run import fast_engine, simulate
 
     path, index, overrides, engine = args
     point = load(path, overrides).points()[index]
-    if engine != "auto" and fast_ps.covers(point) is not None:
+    if engine != "auto" and fast_engine(point)[0] is None:
         return {"scenario": Path(path).stem, "run_id": point["_id"], "skipped": "not covered by the fast engine"}
     sim = simulate(point, engine)
     h = hashlib.sha256(json.dumps(sim.trace.header, sort_keys=True, default=str).encode())
@@ -51,7 +50,7 @@ def main() -> None:
     ap.add_argument("--dir", help="scenario folder (default: the bundled catalogue)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--engine", default="auto", choices=("auto", "simpy", "fast"),
-                    help="simpy/fast: only the points the fast engine covers (compare the two outputs)")
+                    help="simpy/fast: only the points a fast engine covers (compare the two outputs)")
     args = ap.parse_args()
     work = []
     if args.dir:

@@ -49,6 +49,19 @@ class Fabric:
     def nodes(self) -> int:
         return self.workers // self.gpus_per_node
 
+    @classmethod
+    def of_cluster(cls, cluster: dict) -> "Fabric":
+        """The fabric of a scenario's ``cluster`` table (one worker per learner)."""
+        net = cluster["network"]
+        return cls(cluster["learners"], cluster["gpus_per_node"], net["latency_s"], net["bandwidth_Bps"],
+                   net["intra_latency_s"], net["intra_bandwidth_Bps"], net["overhead_s"])
+
+
+def bucket_plan(f: Fabric, algorithm: str, sizes: list[float]) -> list[tuple[float, float, float, int]]:
+    """Per bucket, in the order backward produces them: ``(busy, fixed, NIC bytes, messages)``
+    of its all-reduce (:func:`allreduce_parts`, :func:`nic_bytes`, :func:`messages`)."""
+    return [(*allreduce_parts(f, algorithm, b), nic_bytes(f, algorithm, b), messages(f, algorithm)) for b in sizes]
+
 
 def _tx(nbytes: float, bandwidth: float) -> float:
     return 0.0 if math.isinf(bandwidth) else nbytes / bandwidth
@@ -124,6 +137,17 @@ def bucket_sizes(nbytes: float, bucket_bytes: int) -> list[float]:
     full = int(nbytes // bucket_bytes)
     rest = nbytes - full * bucket_bytes
     return [float(bucket_bytes)] * full + ([rest] if rest > 0 else [])
+
+
+def produced_shares(sizes: list[float], backward_fraction: float, total: float) -> list[float]:
+    """The share of a minibatch's work done when each bucket but the last is ready: forward,
+    then backward producing ``total`` bytes of gradient in bucket order, bytes evenly in time
+    (the last bucket is ready when the work is done)."""
+    out, cum = [], 0.0
+    for b in sizes[:-1]:
+        cum += b
+        out.append((1.0 - backward_fraction) + backward_fraction * cum / total)
+    return out
 
 
 def allreduce_time(f: Fabric, algorithm: str, nbytes: float) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import tomllib
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,23 +91,18 @@ def sampler(distribution: str, mean: float, cv: float, rng: np.random.Generator)
 
 class DrawStream:
     """Successive draws from ``fn`` served from a buffer refilled ``chunk`` at a time (the
-    values do not depend on the chunk size: NumPy's generators fill arrays sequentially)."""
+    values do not depend on the chunk size: NumPy's generators fill arrays sequentially).
 
-    __slots__ = ("_fn", "_buf", "_i", "_chunk")
+    ``next()`` runs in C (a ``partial`` of ``next`` over a chain of the chunks' lists): no
+    Python frame per draw, one per chunk."""
+
+    __slots__ = ("_fn", "_chunk", "next")
 
     def __init__(self, fn: Callable[[int], np.ndarray], chunk: int = CHUNK) -> None:
         self._fn = fn
-        self._buf: list[float] = []
-        self._i = 0
         self._chunk = chunk
-
-    def next(self) -> float:
-        i = self._i
-        if i == len(self._buf):
-            self._buf = self._fn(self._chunk).tolist()
-            i = 0
-        self._i = i + 1
-        return self._buf[i]
+        chunks = iter(lambda: fn(chunk).tolist(), None)  # never None: endless
+        self.next: Callable[[], float] = partial(next, chain.from_iterable(chunks))
 
 
 class LearnerClock:

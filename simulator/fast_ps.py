@@ -3,9 +3,10 @@ loop compiled by numba, byte-identical traces.
 
 Covered: hardsync, softsync, async, SSP and every catalogue variant of them (barrier, every-c
 apply, SSP release), with shards, network latency/bandwidth/overhead, server apply times,
-persistent stragglers and transient stalls, any compute distribution — when each learner has
-its own NIC (``gpus_per_node`` 1), no tree aggregation and the gradient is one message (one
-bucket). :func:`covers` says what is not; ``engine = "auto"`` then uses the SimPy engine.
+persistent stragglers and transient stalls, any compute distribution, learners sharing a
+node's NIC (``gpus_per_node`` > 1) — when there is no tree aggregation; a gradient of several
+buckets (each pushed as backward produces it) when there are no transient stalls.
+:func:`covers` says what is not; ``engine = "auto"`` then uses the SimPy engine.
 
 Identity with the SimPy engine (:mod:`.ps` with :class:`.protocols.ps.PSCore`) is by
 construction and by test (tests/test_fast.py, a property grid): the same random draws (the
@@ -31,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from . import seeds
-from .collectives import bucket_sizes
+from .collectives import bucket_sizes, produced_shares
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps
 from .stats import histogram, merge_histograms
-from .trace import APPLY, EVAL, GRAD, INPUT_COLUMNS, OP_COLUMNS, Trace, eval_schedule
+from .trace import APPLY, EVAL, GRAD, Trace, blank_columns, eval_schedule
 
 try:  # numba is a dependency; without it (an unusual install) the fast engine is unavailable
     import numba
@@ -46,7 +47,7 @@ STALL_MARGIN = 256    # stall draws a learner must have left before it starts a 
 # kernel status codes
 DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 4
 # event kinds
-SEND, PROCESSED = 0, 1
+SEND, PROCESSED, LEAVE = 0, 1, 2
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -56,13 +57,13 @@ def covers(point: dict[str, Any]) -> str | None:
     if not is_ps(point):
         return "not a parameter-server protocol"
     cl = point["cluster"]
-    if cl["gpus_per_node"] != 1:
-        return "gpus_per_node > 1"
     if cl["server"]["group_size"] != 1:
         return "tree aggregation (group_size > 1)"
     nbytes = point["workload"]["param_count"] * cl["network"]["bytes_per_param"]
-    if len(bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])) > 1:
-        return "more than one gradient bucket"
+    strag = cl["stragglers"]
+    if len(bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])) > 1 and strag["stall_rate_per_s"] > 0 \
+            and strag["stall_mean_s"] > 0:
+        return "several gradient buckets with transient stalls"
     return None
 
 
@@ -180,7 +181,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             batches: np.ndarray, done_clock: np.ndarray, at_clock: np.ndarray, waiting: np.ndarray,
             pend: np.ndarray, acc: np.ndarray,
             ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
-            kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
+            produced: np.ndarray, bshare: np.ndarray, bapply: np.ndarray, bdone: np.ndarray,
+            node_links: np.ndarray, kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
             src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
             t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray,
             in_count: np.ndarray, in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
@@ -188,7 +190,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     of state lives in the arrays, so a call resumes where the last one stopped.
 
     ``ip`` (parameters, int): lam, mu, N, total, c, barrier, bound, S, layout (1 global slice),
-    shard_len, per_epoch. ``fp``: tx, lat, every, scale_gap, scale_len.
+    shard_len, per_epoch, gpus_per_node. ``fp``: tx, lat, every, scale_gap, scale_len, node_tx
+    (a whole gradient through a node's NIC). ``node_links``: the nodes' NICs out, then in.
     ``st`` (state, int): version, issued, processed, samples, n_ops, n_inputs, acc_n, heap_n,
     counter, pend_head, pend_tail, slowest, need (the learner whose draws ran out), last_kind,
     n_waiting, apos, ops_base, inputs_base. ``fst``: next_eval, end_time, compute_s, now of the
@@ -196,13 +199,21 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     references use) is written at row ``n − ops_base``, input ``m`` at ``m − inputs_base``; when
     a buffer has no room for the next event the kernel returns NEED_FLUSH (the caller grows it,
     or folds it into the summary and moves the bases on).
-    Events: a learner has at most one in flight, kept in its slot (``ev_i`` row: kind, j, k,
-    grad op; ``ev_f``: compute start); the heap orders slots by (time, schedule counter).
+    Events: a learner has at most one send-or-processed event in flight, kept in its slot ``i``
+    (``ev_i`` row: kind, j, k, grad op; ``ev_f``: compute start), and with B > 1 gradient
+    buckets one event per earlier bucket b (slot ``lam + i·(B−1) + b``: the bucket leaves when
+    backward has produced it, ``produced[b]`` of the work; ``bshare[b]`` of the bytes; the
+    learner's S apply draws ``bapply[i]``, taken when it starts, scaled by the share; the
+    latest end of its buckets' processing ``bdone[i]``); the heap orders slots by (time,
+    schedule counter).
     The trace columns are written directly (their defaults pre-filled by the caller).
     """
     lam, mu, N, total, c, barrier, bound, S = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    layout, shard_len, per_epoch = ip[8], ip[9], ip[10]
-    tx, lat, every, scale_gap, scale_len = fp[0], fp[1], fp[2], fp[3], fp[4]
+    layout, shard_len, per_epoch, g = ip[8], ip[9], ip[10], ip[11]
+    tx, lat, every, scale_gap, scale_len, node_tx = fp[0], fp[1], fp[2], fp[3], fp[4], fp[5]
+    B = bshare.shape[0]
+    nodes = node_links.shape[0] // 2
+    leave0 = lam + lam * (B - 1)  # first slot of the buckets' leave-the-node events
     while True:
         if st[18]:  # a minibatch whose stall walk ran out of draws: resume it
             i = st[18] - 1
@@ -222,6 +233,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
                     st[12] = i
                     return NEED_STALL
+                if B > 1 and adraw.shape[0] - st[15] < S:  # a bucketed learner draws its applies now
+                    st[12] = i
+                    return NEED_APPLY
             st[9] += 1
             now = fst[3]
             # _pull: the weights leave every shard's NIC out, then travel
@@ -229,6 +243,10 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             for s in range(S):
                 e = _reserve(link_out, s, now, tx)
                 if s == 0 or e > done:
+                    done = e
+            if g > 1:  # and through the node's NIC in, shared by its g learners
+                e = _reserve(node_links, nodes + i // g, now, node_tx)
+                if e > done:
                     done = e
             t = done + lat
             # _start
@@ -240,6 +258,18 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             work = wdraw[i, wpos[i]]
             wpos[i] += 1
             fst[2] += work
+            if B > 1:  # PSRun._start with buckets (no stalls: covers()): each leaves when produced
+                bdone[i] = 0.0
+                for s in range(S):
+                    bapply[i, s] = adraw[st[15]]
+                    st[15] += 1
+                for b in range(B - 1):
+                    m = t + work * produced[b]
+                    delay = m - now if m > now else 0.0
+                    st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
+                    st[8] += 1
+                _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, t + work)
+                continue
             end = _finish(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:  # more stalls inside this minibatch than draws at hand: refill, resume
                 st[12], st[18], st[19] = i, i + 1, k
@@ -252,10 +282,34 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         if st[7] == 0:
             return DONE
         i = hs[0]
-        if ev_i[i, 0] == SEND and adraw.shape[0] - st[15] < S:
+        if i < lam and B == 1 and ev_i[i, 0] == SEND and adraw.shape[0] - st[15] < S:
             return NEED_APPLY
         now = ht[0]
         st[7] = _heap_pop(ht, hk, hs, st[7])
+        if i >= leave0:  # PSRun._leave_node: an earlier bucket left the node; it reaches every shard
+            x = i - leave0
+            _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
+            continue
+        if i >= lam:  # PSRun._bucket: an earlier bucket is produced; it goes to every shard
+            x = i - lam
+            if g > 1:  # through the node's NIC out first (PSRun._deliver)
+                delay = _leave_delay(node_links, (x // (B - 1)) // g, now, node_tx * bshare[x % (B - 1)])
+                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], leave0 + x)
+                st[8] += 1
+            else:
+                _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
+            continue
+        if ev_i[i, 0] == LEAVE:  # the gradient (its last bucket) left the node: to every shard
+            done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
+            if done < bdone[i]:
+                done = bdone[i]
+            delay = done - now
+            if delay < 0.0:
+                delay = 0.0
+            ev_i[i, 0] = PROCESSED
+            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+            st[8] += 1
+            continue
         j = ev_i[i, 1]
         if ev_i[i, 0] == SEND:
             k = ev_i[i, 2]
@@ -278,15 +332,31 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             epoch[r] = st[3] / N
             st[4] = n + 1
             st[13] = GRAD
-            # _push: every shard's NIC in, then its apply queue
-            done = 0.0
-            for s in range(S):
-                arrive = _reserve(link_in, s, now, tx) + lat
-                a = adraw[st[15]]
-                st[15] += 1
-                e = _reserve(queue, s, arrive, a)
-                if s == 0 or e > done:
-                    done = e
+            if g > 1:  # PSRun._push_shared: through the node's NIC out first
+                if B == 1:  # the whole gradient, its apply draws taken now
+                    bdone[i] = 0.0
+                    for s in range(S):
+                        bapply[i, s] = adraw[st[15]]
+                        st[15] += 1
+                ev_i[i, 0] = LEAVE
+                ev_i[i, 3] = n
+                delay = _leave_delay(node_links, i // g, now, node_tx * bshare[B - 1])
+                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+                st[8] += 1
+                continue
+            if B > 1:  # the last bucket; the push is processed when every bucket is
+                done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
+                if done < bdone[i]:
+                    done = bdone[i]
+            else:  # _push: every shard's NIC in, then its apply queue
+                done = 0.0
+                for s in range(S):
+                    arrive = _reserve(link_in, s, now, tx) + lat
+                    a = adraw[st[15]]
+                    st[15] += 1
+                    e = _reserve(queue, s, arrive, a)
+                    if s == 0 or e > done:
+                        done = e
             delay = done - now
             if delay < 0.0:
                 delay = 0.0
@@ -351,6 +421,27 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         else:
             pend[st[10] % lam] = i
             st[10] += 1
+
+
+def _leave_delay(node_links: np.ndarray, node: int, now: float, txn: float) -> float:
+    """PSRun._deliver through a shared NIC: the delay until the message starts leaving the node."""
+    leave = _reserve(node_links, node, now, txn) - txn
+    return leave - now if leave > now else 0.0
+
+
+def _bucket_at_server(i: int, share: float, now: float, tx: float, lat: float, S: int, link_in: np.ndarray,
+                      queue: np.ndarray, bapply: np.ndarray, bdone: np.ndarray) -> float:
+    """PSRun._at_server: ``share`` of learner i's gradient reaches every shard (NIC in, then the
+    apply queue, ``share`` of its apply draw); the latest end, also kept in ``bdone[i]``."""
+    txb = tx * share
+    done = 0.0
+    for s in range(S):
+        e = _reserve(queue, s, _reserve(link_in, s, now, txb) + lat, bapply[i, s] * share)
+        if e > done:
+            done = e
+    if done > bdone[i]:
+        bdone[i] = done
+    return done
 
 
 def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray, hk: np.ndarray,
@@ -446,6 +537,8 @@ if numba is not None:
     _walk = _jit(_walk)
     _finish = _jit(_finish)
     _started = _jit(_started)
+    _bucket_at_server = _jit(_bucket_at_server)
+    _leave_delay = _jit(_leave_delay)
     _heap_push = _jit(_heap_push)
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
@@ -503,7 +596,12 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     net, srv = cl["network"], cl["server"]
     S = srv["shards"]
     lat = net["latency_s"] + net["overhead_s"]
-    shard_bytes = wl["param_count"] * net["bytes_per_param"] / S
+    nbytes = wl["param_count"] * net["bytes_per_param"]
+    shard_bytes = nbytes / S
+    sizes = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])
+    produced = np.array(produced_shares(sizes, cl["compute"]["backward_fraction"], nbytes), dtype=np.float64)
+    bshare = np.array([b / nbytes for b in sizes], dtype=np.float64)
+    B = len(sizes)
     bw = net["bandwidth_Bps"]
     tx = 0.0 if math.isinf(bw) else shard_bytes / bw
     # the same streams as the SimPy engine
@@ -532,8 +630,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
-                   max(1, N // lam), max(1, max(1, N // lam) // mu)], dtype=np.int64)
-    fp = np.array([tx, lat, cad.every, scale_gap, scale_len])
+                   max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"]], dtype=np.int64)
+    fp = np.array([tx, lat, cad.every, scale_gap, scale_len, 0.0 if math.isinf(bw) else nbytes / bw])
     st = np.zeros(20, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
     fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
@@ -541,7 +639,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
         max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)
-    ops, inputs = _columns(max_ops, n_inputs)
+    ops, inputs = blank_columns(max_ops, n_inputs)
     hist: list[tuple[int, int]] = []
     evals: list[tuple[float, float]] = []
 
@@ -562,7 +660,11 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     _eval(st, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
     fifo = lambda: np.zeros((S, 5))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
-    ht, hk, hs = np.zeros(lam + 1), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
+    slots = lam * (2 * B - 1) + 1  # a send-or-processed event per learner, two per earlier bucket
+    ht, hk, hs = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
+    bapply, bdone = np.zeros((lam, S)), np.zeros(lam)
+    g = cl["gpus_per_node"]
+    node_links = np.zeros((2 * (lam // g), 5))  # the nodes' NICs out, then in
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
     batches, waiting = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64)
     done_clock = np.zeros(lam, np.int64)
@@ -574,7 +676,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, *cols)
+                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, node_links,
+                         *cols)
         if status == DONE:
             break
         i = int(st[12])
@@ -587,7 +690,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
             st[15] = 0
         elif status == NEED_FLUSH:
             if keep_trace:  # more room (the estimate of the trace's length was short)
-                more_ops, more_in = _columns(len(ops["kind"]), len(inputs["grad_op"]))
+                more_ops, more_in = blank_columns(len(ops["kind"]), len(inputs["grad_op"]))
                 ops = {k: np.concatenate([v, more_ops[k]]) for k, v in ops.items()}
                 inputs = {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()}
                 cols = cols_of(ops, inputs)
@@ -621,12 +724,3 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         "compute_utilization": float(fst[2]) / (lam * T) if T > 0 else 0.0,
     }
     return trace, summary, hist, evals
-
-
-def _columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Empty trace columns with TraceBuilder's defaults (-1 where "none", self_coef 1)."""
-    ops = {name: np.zeros(n_ops, dt) for name, dt in OP_COLUMNS.items()}
-    for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
-        ops[name][:] = -1
-    ops["self_coef"][:] = 1.0
-    return ops, {name: np.zeros(n_inputs, dt) for name, dt in INPUT_COLUMNS.items()}

@@ -258,20 +258,12 @@ class AllReduceRun(GossipRun):
     layout = GLOBAL_SLICE
 
     def start(self) -> None:
-        cl, proto, net = self.point["cluster"], self.point["protocol"], self.point["cluster"]["network"]
-        fabric = collectives.Fabric(self.n, cl["gpus_per_node"], net["latency_s"], net["bandwidth_Bps"],
-                                    net["intra_latency_s"], net["intra_bandwidth_Bps"], net["overhead_s"])
-        algorithm = proto["allreduce_algorithm"]
+        cl, proto = self.point["cluster"], self.point["protocol"]
         sizes = collectives.bucket_sizes(self.net.message_bytes, proto["bucket_bytes"])
-        self.collectives = [(*collectives.allreduce_parts(fabric, algorithm, b),
-                             collectives.nic_bytes(fabric, algorithm, b), collectives.messages(fabric, algorithm))
-                            for b in sizes]
-        total, cum = sum(sizes), 0.0
-        self.produced: list[float] = []  # share of a minibatch's work done when each bucket is ready
-        bf = cl["compute"]["backward_fraction"]
-        for b in sizes[:-1]:
-            cum += b
-            self.produced.append((1.0 - bf) + bf * cum / total)
+        self.collectives = collectives.bucket_plan(collectives.Fabric.of_cluster(cl), proto["allreduce_algorithm"],
+                                                   sizes)
+        # share of a minibatch's work done when each bucket is ready
+        self.produced = collectives.produced_shares(sizes, cl["compute"]["backward_fraction"], sum(sizes))
         self.step_s = cl["compute"]["step_s"]
         self._round(0, 0.0)
 

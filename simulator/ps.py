@@ -28,7 +28,7 @@ import simpy
 from simpy.core import NORMAL
 
 from . import seeds
-from .collectives import bucket_sizes
+from .collectives import bucket_sizes, produced_shares
 from .compute import DrawStream, learner_clocks, sampler
 from .events import Wake, at
 from .protocols.ps import PSCore
@@ -60,11 +60,8 @@ class PSRun:
         self.node_in = [FifoServer(f"node{n}.in") for n in range(lam // self.g)]
         # gradient buckets pushed as backward produces them (not through aggregators)
         sizes = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) if srv["group_size"] == 1 else [nbytes]
-        bf, cum = cl["compute"]["backward_fraction"], 0.0
-        self.produced: list[float] = []  # share of a minibatch's work done when bucket b is ready
-        for b in sizes[:-1]:
-            cum += b
-            self.produced.append((1.0 - bf) + bf * cum / nbytes)
+        # share of a minibatch's work done when bucket b is ready
+        self.produced = produced_shares(sizes, cl["compute"]["backward_fraction"], nbytes)
         self.bucket_share = [b / nbytes for b in sizes]
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard

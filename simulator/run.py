@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from . import fast_ps
+from . import fast_allreduce, fast_ps, fast_sgp
 from .gossip import simulate_gossip
 from .protocols import PSCore, header_for, is_ps
 from .ps import PSRun
@@ -35,23 +35,41 @@ def simulate_ps(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
 
 ENGINES = ("auto", "simpy", "fast")
 
+FastEngine = Callable[[dict[str, Any], bool], tuple[Any, ...]]
+
+
+def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
+    """The fast engine that simulates ``point`` exactly, or None and why there is none."""
+    if is_ps(point):
+        reason = fast_ps.covers(point)
+        return (fast_ps.simulate_ps_fast if reason is None else None), reason
+    name = point["protocol"]["name"]
+    if name == "allreduce":
+        return fast_allreduce.simulate_allreduce_fast, fast_allreduce.covers(point)
+    if name == "sgp":
+        reason = fast_sgp.covers(point)
+        return (fast_sgp.simulate_sgp_fast if reason is None else None), reason
+    return None, f"no fast engine for {name} (the parameter-server protocols, allreduce and sgp have one)"
+
 
 def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = True) -> SimResult:
     """Run the simulator for a validated scenario point.
 
-    ``engine``: "simpy" (the reference model), "fast" (:mod:`.fast_ps`, byte-identical, for
-    the configurations it covers; an error otherwise) or "auto" (fast when it covers the point).
-    ``keep_trace=False`` lets the fast engine drop the trace as it goes (memory independent of
-    the run's length); the summary, histogram and schedule are the same either way.
+    ``engine``: "simpy" (the reference model), "fast" (:mod:`.fast_ps`, :mod:`.fast_allreduce`:
+    byte-identical, for the configurations they cover; an error otherwise) or "auto" (fast when
+    one covers the point). ``keep_trace=False`` lets a fast engine drop the trace (memory
+    independent of the run's length); the summary, histogram and schedule are the same either way.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
-    reason = fast_ps.covers(point) if engine != "simpy" else "simpy requested"
-    if engine == "fast" and reason is not None:
+    fast, reason = fast_engine(point) if engine != "simpy" else (None, "simpy requested")
+    if engine == "fast" and fast is None:
         raise ValueError(f"engine 'fast' does not cover this point: {reason} (use --engine auto or simpy)")
-    if reason is None:
+    if fast is fast_ps.simulate_ps_fast:
         trace, summary, hist, evals = fast_ps.simulate_ps_fast(point, keep_trace)
         sim_id = header_for(point, 1, PSCore(point).layout)["run_id"]
+    elif fast is not None:
+        trace, summary, hist, evals, sim_id = fast(point, keep_trace)
     else:
         trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
         hist = histogram(trace.inputs["staleness"])

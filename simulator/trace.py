@@ -64,6 +64,19 @@ INPUT_COLUMNS: dict[str, str] = {
 }
 
 
+NONE_IS_MINUS_ONE = ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start")
+
+
+def blank_columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Columns of ``n_ops`` ops and ``n_inputs`` inputs holding the fields' defaults: −1 where a
+    kind has no such field (:data:`NONE_IS_MINUS_ONE`), ``self_coef`` 1, every other 0."""
+    ops = {name: np.zeros(n_ops, dt) for name, dt in OP_COLUMNS.items()}
+    for name in NONE_IS_MINUS_ONE:
+        ops[name][:] = -1
+    ops["self_coef"][:] = 1.0
+    return ops, {name: np.zeros(n_inputs, dt) for name, dt in INPUT_COLUMNS.items()}
+
+
 class TraceError(ValueError):
     """A trace file that is missing, truncated, corrupt or inconsistent."""
 
@@ -157,12 +170,8 @@ class TraceBuilder:
     def build(self, header: dict[str, Any]) -> Trace:
         """Freeze into a :class:`Trace` with NumPy columns."""
         kind = np.frombuffer(bytes(self.kinds), dtype=np.uint8).copy()
-        n = len(kind)
-        ops = {name: np.zeros(n, dt) for name, dt in OP_COLUMNS.items()}
+        ops, _ = blank_columns(len(kind), 0)
         ops["kind"] = kind
-        for name in ("version", "src_node", "src_version", "sample_start", "batch_index", "in_start"):
-            ops[name][:] = -1
-        ops["self_coef"][:] = 1.0
 
         def scatter(k: int, ints: array, flts: array, inames: tuple, fnames: tuple) -> None:
             rows = np.flatnonzero(kind == k)

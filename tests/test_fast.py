@@ -22,7 +22,8 @@ PROTOCOLS = ["hardsync", "softsync", "async", "ssp", "bounded_softsync"]
 
 def scenario(protocol: str, learners: int, n: int, bound: int, mb: int, dist: str, cv: float, frac: float,
              slow: float, rate: float, stall: float, lat: float, bw: float, shards: int, apply_s: float,
-             apply_dist: str, evals: int, seed: int, epochs: float) -> dict:
+             apply_dist: str, evals: int, seed: int, epochs: float, bucket: int = 0, bf: float = 2 / 3,
+             g: int = 1) -> dict:
     return make_point(f"""
 seed = {seed}
 [workload]
@@ -33,11 +34,13 @@ evals_per_epoch = {evals}
 [cluster]
 learners = {learners}
 minibatch = {mb}
+gpus_per_node = {g}
 [cluster.compute]
 distribution = "{dist}"
 base_s = 0.002
 per_sample_s = 0.0005
 cv = {cv}
+backward_fraction = {bf}
 [cluster.stragglers]
 fraction = {frac}
 slowdown = {slow}
@@ -54,6 +57,7 @@ apply_distribution = "{apply_dist}"
 name = "{protocol}"
 n = {n}
 staleness_bound = {bound}
+bucket_bytes = {bucket}
 """)
 
 
@@ -65,13 +69,19 @@ staleness_bound = {bound}
        stall=st.sampled_from([0.0, 0.01]), lat=st.sampled_from([0.0, 1e-4]),
        bw=st.sampled_from([math.inf, 1e8, 1e7]), shards=st.integers(1, 3), apply_s=st.sampled_from([0.0, 2e-4]),
        apply_dist=st.sampled_from(["deterministic", "exponential"]), evals=st.integers(1, 4),
-       seed=st.integers(0, 10**6), epochs=st.sampled_from([0.3, 1.0]))
+       seed=st.integers(0, 10**6), epochs=st.sampled_from([0.3, 1.0]),
+       bucket=st.sampled_from([0, 0, 8000, 20000]), bf=st.sampled_from([0.3, 2 / 3, 1.0]),
+       g=st.sampled_from([1, 1, 2, 4]))
 def test_fast_engine_is_byte_identical_to_simpy(protocol, learners, n_frac, bound, mb, dist, cv, frac, slow, rate,
                                                 stall, lat, bw, shards, apply_s, apply_dist, evals, seed,
-                                                epochs) -> None:
+                                                epochs, bucket, bf, g) -> None:
+    learners = max(g, learners - learners % g)  # whole nodes
     n = max(1, min(learners, round(n_frac * learners)))
     p = scenario(protocol, learners, n, bound, mb, dist, cv, frac, slow, rate, stall, lat, bw, shards, apply_s,
-                 apply_dist, evals, seed, epochs)
+                 apply_dist, evals, seed, epochs, bucket, bf, g)
+    if bucket and rate and stall:  # 38,440 gradient bytes: 5 or 2 buckets, here with stalls
+        assert covers(p) == "several gradient buckets with transient stalls"
+        return
     assert covers(p) is None
     ref, fast = simulate(p, "simpy"), simulate(p, "fast")
     assert T.encode(fast.trace) == T.encode(ref.trace)
@@ -87,7 +97,7 @@ def test_auto_uses_the_fast_engine_only_where_it_covers_the_point() -> None:
     covered = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2)
     grouped = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2,
                          cluster__server__group_size=2)
-    gossip = make_point(protocol__name="sgp", cluster__learners=4, workload__epochs=0.2)
+    gossip = make_point(protocol__name="dpsgd", cluster__learners=4, workload__epochs=0.2)
     assert covers(covered) is None
     assert "group_size" in covers(grouped) and "parameter-server" in covers(gossip)
     for p in (grouped, gossip):  # auto falls back to the reference; fast refuses
