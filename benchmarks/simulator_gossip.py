@@ -1,6 +1,6 @@
 """Decentralized simulator throughput, and the 32-node table of docs/decentralized.md.
 
-Default: SGP (1-peer NPDDE, synchronous) and AR-SGD with 32 nodes on the bundled
+Default: SGP (1-peer NPDDE, synchronous), D-PSGD (blocking) and AR-SGD with 32 nodes on the bundled
 ``sgp-resnet50-10gbe`` scenario (ResNet-50/ImageNet, μ = 256), 9 epochs: the SimPy engine and
 the fast engine as paired, interleaved runs (the speed ratio per pair, median and range), then
 the wall time of the full 90-epoch SGP run (14,076 iterations per node, about 1.8M trace ops)
@@ -96,7 +96,7 @@ def main() -> None:
     if args.table:
         table()
         return
-    for protocol in ("sgp", "allreduce"):
+    for protocol in ("sgp", "dpsgd", "allreduce"):
         paired(protocol, 1.0 if args.quick else 9.0, args.repeats)
     if not args.quick:
         for engine in ("fast", "simpy"):

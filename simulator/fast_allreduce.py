@@ -34,7 +34,7 @@ import numpy as np
 from . import collectives
 from .compute import learner_clocks
 from .protocols import GLOBAL_SLICE, AVERAGE, EvalCadence, header_for
-from .protocols.gossip import iterations
+from .protocols.gossip import iterations, run_figures
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 BLOCK_VALUES = 1 << 20  # minibatch times drawn at a time (rounds × nodes)
@@ -129,23 +129,7 @@ def simulate_allreduce_fast(point: dict[str, Any], keep_trace: bool = True
     util = (min(1.0, nic_busy / T) if T > 0 else 0.0) if n > 1 else 0.0
     link = float(np.mean([util] * nodes))
     grads = n * K
-    summary = {
-        "gradients": grads,
-        "updates": K,
-        "iterations": K,
-        "sim_time_s": T,
-        "iteration_time_s": T / K,
-        "gradients_per_s": grads / T if T > 0 else math.inf,
-        "server_utilization": 0.0,
-        "server_wait_mean_s": math.nan,
-        "link_in_utilization": link,
-        "link_out_utilization": link,
-        "compute_utilization": compute_s / (n * T) if T > 0 else 0.0,
-        "bytes_sent_per_node_per_iter": bytes_sent / (n * K),
-        "messages": messages,
-        "blocked_mean_s": blocked_s / (n * K),
-        "message_delay_mean_iters": 0.0,
-    }
+    summary = run_figures(n, K, T, grads, K, compute_s, link, link, bytes_sent, messages, blocked_s, 0, 0)
     sim_id = header_for(point, n, GLOBAL_SLICE)["run_id"]
     return trace, summary, [(0, grads)], schedule, sim_id
 

@@ -70,6 +70,7 @@ from . import collectives, mixing, seeds, topology
 from .compute import learner_clocks
 from .events import Wake
 from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for
+from .protocols.gossip import run_figures
 from .resources import FifoServer
 from .trace import Trace, TraceBuilder
 
@@ -221,26 +222,10 @@ class GossipRun:
 
     def stats(self) -> dict[str, Any]:
         """Runtime and communication figures of the finished run."""
-        T, n, K = self.end_time, self.n, self.K
+        T = self.end_time
         link_in, link_out = self.net.utilization(T)
-        grads = self.rec.grads
-        return {
-            "gradients": grads,
-            "updates": self.rec.applies,
-            "iterations": K,
-            "sim_time_s": T,
-            "iteration_time_s": T / K,
-            "gradients_per_s": grads / T if T > 0 else math.inf,
-            "server_utilization": 0.0,          # no server in the decentralized family
-            "server_wait_mean_s": math.nan,
-            "link_in_utilization": link_in,
-            "link_out_utilization": link_out,
-            "compute_utilization": self.compute_s / (n * T) if T > 0 else 0.0,
-            "bytes_sent_per_node_per_iter": self.net.bytes_sent / (n * K),
-            "messages": self.net.messages,
-            "blocked_mean_s": self.blocked_s / (n * K),
-            "message_delay_mean_iters": self.delay_sum / self.delay_count if self.delay_count else 0.0,
-        }
+        return run_figures(self.n, self.K, T, self.rec.grads, self.rec.applies, self.compute_s, link_in, link_out,
+                           self.net.bytes_sent, self.net.messages, self.blocked_s, self.delay_sum, self.delay_count)
 
 
 class AllReduceRun(GossipRun):

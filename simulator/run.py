@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import fast_allreduce, fast_ps, fast_sgp
+from . import fast_adpsgd, fast_allreduce, fast_dpsgd, fast_ps, fast_sgp
 from .gossip import simulate_gossip
 from .protocols import PSCore, header_for, is_ps
 from .ps import PSRun
@@ -38,6 +38,10 @@ ENGINES = ("auto", "simpy", "fast")
 FastEngine = Callable[[dict[str, Any], bool], tuple[Any, ...]]
 
 
+GOSSIP_FAST = {"sgp": (fast_sgp, fast_sgp.simulate_sgp_fast), "dpsgd": (fast_dpsgd, fast_dpsgd.simulate_dpsgd_fast),
+               "adpsgd": (fast_adpsgd, fast_adpsgd.simulate_adpsgd_fast)}
+
+
 def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     """The fast engine that simulates ``point`` exactly, or None and why there is none."""
     if is_ps(point):
@@ -46,10 +50,9 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     name = point["protocol"]["name"]
     if name == "allreduce":
         return fast_allreduce.simulate_allreduce_fast, fast_allreduce.covers(point)
-    if name == "sgp":
-        reason = fast_sgp.covers(point)
-        return (fast_sgp.simulate_sgp_fast if reason is None else None), reason
-    return None, f"no fast engine for {name} (the parameter-server protocols, allreduce and sgp have one)"
+    module, engine = GOSSIP_FAST[name]
+    reason = module.covers(point)
+    return (engine if reason is None else None), reason
 
 
 def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = True) -> SimResult:

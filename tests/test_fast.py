@@ -97,7 +97,8 @@ def test_auto_uses_the_fast_engine_only_where_it_covers_the_point() -> None:
     covered = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2)
     grouped = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2,
                          cluster__server__group_size=2)
-    gossip = make_point(protocol__name="dpsgd", cluster__learners=4, workload__epochs=0.2)
+    gossip = make_point(protocol__name="adpsgd", cluster__learners=4, workload__epochs=0.2,  # stalls: SimPy only
+                        cluster__stragglers__stall_rate_per_s=20.0, cluster__stragglers__stall_mean_s=0.01)
     assert covers(covered) is None
     assert "group_size" in covers(grouped) and "parameter-server" in covers(gossip)
     for p in (grouped, gossip):  # auto falls back to the reference; fast refuses

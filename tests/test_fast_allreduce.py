@@ -84,12 +84,13 @@ def test_fast_allreduce_is_byte_identical_to_simpy(nodes, g, mb, epochs, evals, 
                                                                        ref.sim_id)
 
 
-def test_auto_picks_the_fast_allreduce_engine_and_fast_refuses_the_gossip_protocols() -> None:
+def test_auto_picks_the_fast_allreduce_engine_and_fast_refuses_what_no_fast_engine_covers() -> None:
     p = scenario(4, 2, 8, 1.0, 2, 0, "lognormal", 0.3, 0.0, 1.0, 0.0, 0.0, 5e-5, 1.25e9, 0.0, 3e-6, 1.5e11, 0.0,
                  2 / 3, 100_000, "ring")
     with patch.object(fast_allreduce, "simulate_allreduce_fast", wraps=fast_allreduce.simulate_allreduce_fast) as spy:
         simulate(p)  # auto
     assert spy.called
-    sgp = make_point('[cluster]\nlearners = 4\n[protocol]\nname = "sgp"\n')
-    with pytest.raises(ValueError, match="no fast engine for sgp"):
-        simulate(sgp, "fast")
+    stalled = make_point('[cluster]\nlearners = 4\n[cluster.stragglers]\nstall_rate_per_s = 20.0\n'
+                         'stall_mean_s = 0.01\n[protocol]\nname = "adpsgd"\n')
+    with pytest.raises(ValueError, match="does not cover this point: transient stalls"):
+        simulate(stalled, "fast")

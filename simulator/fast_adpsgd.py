@@ -1,0 +1,168 @@
+"""The fast engine of AD-PSGD: the SimPy engine's event loop compiled by numba, byte-identical
+traces.
+
+Covered: AD-PSGD on any topology and peers, network and intra-node links, persistent
+stragglers, any compute distribution — without transient stalls (:func:`covers`;
+``engine = "auto"`` then uses the SimPy engine).
+
+What it transcribes (:class:`.gossip.ADPSGDRun` on :mod:`.fast_nodes`): every node computes
+without waiting; an active node, when it begins iteration k on version v, sends its state to
+the passive neighbour its seeded pick names (the same picks, drawn by the same NumPy calls);
+the passive node averages on arrival and answers with its pre-average state; the active node
+averages on the answer and applies its gradient once it is computed (σ = mixes by others
+between read and apply). A node's next iteration is the last thing its handler starts, so
+the kernel starts it at the top of its loop. Message kinds ride in the message's iteration
+field (request 0, reply 1). tests/test_fast_adpsgd.py holds it byte for byte to the SimPy
+engine on a property grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import fast_nodes, seeds, topology
+from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_WORK, apply_row, enter, grad_row, mix_row, queue_begin,
+                         release, send, start_compute)
+from .fast_ps import _heap_pop, numba
+from .protocols.gossip import iterations
+from .trace import Trace
+
+REQUEST, REPLY = 0, 1  # message kinds
+
+
+def covers(point: dict[str, Any]) -> str | None:
+    """None when this engine simulates ``point`` exactly; otherwise why not (one phrase)."""
+    return fast_nodes.covers(point, "adpsgd")
+
+
+def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
+            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, c_ptr: np.ndarray, c_idx: np.ndarray,
+            picks: np.ndarray, links: np.ndarray, it: np.ndarray, t_start: np.ndarray, t_ready: np.ndarray,
+            read: np.ndarray, gop: np.ndarray, computed: np.ndarray, averaged: np.ndarray, version: np.ndarray,
+            ev_k: np.ndarray, ev_v: np.ndarray, pend: np.ndarray, pend_t: np.ndarray,
+            m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray,
+            cols: tuple) -> int:
+    """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
+    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`. Node i's candidates:
+    ``c_idx[c_ptr[i]:c_ptr[i + 1]]`` (none: a passive node); its pick at iteration k
+    ``picks[i, k]``."""
+    n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
+    every = fp[4]
+    while True:
+        # ADPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
+        while st[13] < st[14]:
+            i = pend[st[13] % n]
+            if wpos[i] >= wlen[i]:
+                st[10] = i
+                return NEED_WORK
+            active = c_ptr[i + 1] > c_ptr[i]
+            if active and st[12] < 1:
+                st[10] = i
+                return NEED_POOL
+            st[13] += 1
+            t = pend_t[i]
+            now = fst[4]
+            k = it[i]
+            v = version[i]
+            t_start[i] = t
+            read[i] = v
+            computed[i] = 0
+            if active:
+                averaged[i] = 0
+                send(st, fst, fp, i, c_idx[c_ptr[i] + picks[i, k]], REQUEST, v, 0.0, t, n, g, links, m_i, m_f,
+                     free, ht, hk, hs)
+            else:
+                averaged[i] = 1
+            ev_k[i] = k
+            ev_v[i] = v
+            start_compute(i, t, now, st, fst, wdraw, wpos, ht, hk, hs)
+        if st[2] == 0:
+            return DONE
+        slot = hs[0]
+        now = ht[0]
+        st[2] = _heap_pop(ht, hk, hs, st[2])
+        fst[4] = now
+        if slot < n:  # ADPSGDRun._computed
+            i = slot
+            gop[i] = grad_row(st, cols, i, ev_k[i], ev_v[i], t_start[i], now, mu, spe, shard_len, per_epoch)
+            computed[i] = 1
+            t_ready[i] = now
+            if averaged[i] == 1:
+                _finish(i, now, K, mu, spe, every, cad_end, st, fst, cols, c_ptr, it, read, gop, version, pend,
+                        pend_t)
+            continue
+        m = slot - n
+        if m_i[m, 5] == ENTER:
+            enter(st, m, now, n, links, m_i, m_f, ht, hk, hs)
+            continue
+        dst, src, v, t_sent = m_i[m, 0], m_i[m, 2], m_i[m, 3], m_f[m, 1]
+        release(st, m, free)  # (the answer below takes this slot again)
+        if m_i[m, 1] == REQUEST:  # ADPSGDRun._request: the passive node averages and answers
+            u = version[dst]
+            mix_row(st, cols, dst, src, v, 0.5, 0.5, t_sent, now, version, spe)
+            send(st, fst, fp, dst, src, REPLY, u, 0.0, now, n, g, links, m_i, m_f, free, ht, hk, hs)
+            continue
+        # ADPSGDRun._reply: the active node averages; it applies once its gradient is computed
+        mix_row(st, cols, dst, src, v, 0.5, 0.5, t_sent, now, version, spe)
+        averaged[dst] = 1
+        if computed[dst] == 1:
+            fst[2] += now - t_ready[dst]
+            _finish(dst, now, K, mu, spe, every, cad_end, st, fst, cols, c_ptr, it, read, gop, version, pend, pend_t)
+
+
+def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end: int, st: np.ndarray,
+            fst: np.ndarray, cols: tuple, c_ptr: np.ndarray, it: np.ndarray, read: np.ndarray, gop: np.ndarray,
+            version: np.ndarray, pend: np.ndarray, pend_t: np.ndarray) -> None:
+    """ADPSGDRun._finish: apply (σ = the mixes by others since the read; an active node's own
+    averaging is part of its step), then the next iteration."""
+    own = 1 if c_ptr[i + 1] > c_ptr[i] else 0
+    apply_row(st, fst, cols, i, gop[i], version[i] - read[i] - own, now, version, mu, spe, every, cad_end)
+    it[i] += 1
+    if it[i] < K:
+        queue_begin(i, now, pend, pend_t, st)
+
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True)
+    _finish = _jit(_finish)
+    _kernel = _jit(_kernel)
+
+
+def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
+                         ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]],
+                                    str]:
+    """The SimPy engine's ``(trace, summary)`` of a covered AD-PSGD point, with the staleness
+    histogram, the evaluation schedule and the simulation's id (``keep_trace=False``: no trace)."""
+    reason = covers(point)
+    if reason is not None:
+        raise ValueError(f"the fast AD-PSGD engine does not cover this point: {reason}")
+    cl, proto = point["cluster"], point["protocol"]
+    n = cl["learners"]
+    K = iterations(point)
+    rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.ADPSGD_PEERS]))
+    cands = [topology.adpsgd_candidates(proto["topology"], i, n, proto["peers"]) for i in range(n)]
+    picks = np.array([rng.integers(0, max(1, len(c)), size=K) for c in cands], np.int64).reshape(n, K)
+    c_ptr = np.array([0] + np.cumsum([len(c) for c in cands]).tolist(), np.int64)
+    c_idx = np.array([j for c in cands for j in c], np.int64)
+    active = int((c_ptr[1:] > c_ptr[:-1]).sum())
+
+    run = fast_nodes.Run(point, K, _initial_pool(n), 1 + 2 * n * K + 2 * active * K)
+    it, version, gop, read = (np.zeros(n, np.int64) for _ in range(4))
+    computed, averaged, ev_k, ev_v = (np.zeros(n, np.int64) for _ in range(4))
+    t_start, t_ready = np.zeros(n), np.zeros(n)
+    while True:
+        ip, fp, st, fst, *draws = run.head()
+        status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,
+                         computed, averaged, version, ev_k, ev_v, run.pend, run.pend_t, *run.pool.arrays(), run.cols)
+        if status == DONE:
+            break
+        if not run.grow(status):  # pragma: no cover - the kernel returns no other status
+            raise RuntimeError(f"fast AD-PSGD engine: unknown status {status}")
+    return run.result(keep_trace)
+
+
+def _initial_pool(n: int) -> int:
+    """Message slots to start with: one request or answer in flight per active node, twice over."""
+    return max(16, 2 * n)

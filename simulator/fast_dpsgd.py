@@ -1,0 +1,232 @@
+"""The fast engine of D-PSGD: the SimPy engine's event loop compiled by numba, byte-identical
+traces.
+
+Covered: D-PSGD with either schedule (``overlap`` 0: compute, step, send the stepped state,
+mix the neighbours' when all are in — the SGP reference code's blocking gossip; ``overlap``
+1: send the state while computing, mix and step when both are there), any topology and
+peers, network and intra-node links, persistent stragglers, any compute distribution —
+without transient stalls (:func:`covers`; ``engine = "auto"`` then uses the SimPy engine).
+
+What it transcribes (:class:`.gossip.DPSGDRun` on :class:`.gossip.Transport` and
+:class:`.protocols.GossipRecorder`, through :mod:`.fast_nodes`): a node's iteration ends when
+its gradient is computed and every neighbour's state of that iteration has arrived; it mixes
+them in the order of the symmetric weights (first ``self_coef = W_ii``, then 1) and, with
+``overlap`` 1, steps. A node's next iteration is the last thing its handler starts, so the
+kernel starts it at the top of its loop (draws, and with ``overlap`` 1 room for its messages,
+checked first). Messages wait in the receiver's inbox (per iteration, a ring grown when a
+neighbour runs further ahead than it holds). tests/test_fast_dpsgd.py holds it byte for
+byte to the SimPy engine on a property grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import fast_nodes, mixing, topology
+from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_WORK, apply_row, enter, grad_row, mix_row,
+                         queue_begin, release, send, start_compute)
+from .fast_ps import _heap_pop, numba
+from .protocols.gossip import iterations
+from .trace import Trace
+
+NEED_RING = 3  # this kernel's own status code
+
+
+def covers(point: dict[str, Any]) -> str | None:
+    """None when this engine simulates ``point`` exactly; otherwise why not (one phrase)."""
+    return fast_nodes.covers(point, "dpsgd")
+
+
+def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
+            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray,
+            nb_ptr: np.ndarray, nb_idx: np.ndarray, nb_w: np.ndarray, self_w: np.ndarray, send_idx: np.ndarray,
+            links: np.ndarray, it: np.ndarray, t_start: np.ndarray, t_ready: np.ndarray, computed: np.ndarray,
+            gop: np.ndarray, version: np.ndarray, ev_k: np.ndarray, ev_v: np.ndarray, pend: np.ndarray,
+            pend_t: np.ndarray, inb_c: np.ndarray, inb_v: np.ndarray, inb_t: np.ndarray,
+            m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray,
+            cols: tuple) -> int:
+    """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
+    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: blocking (0/1),
+    phases. Node i's neighbours at phase ph: ``nb_idx[nb_ptr[ph, i]:nb_ptr[ph, i + 1]]`` in the
+    weights' order (weights ``nb_w``, own ``self_w[ph, i]``), ``send_idx`` the same slice in
+    send order. Inbox of node i, iteration k: ``inb_c[i, k % R]`` arrived, ``inb_v``/``inb_t``
+    [i, k % R, p] the version and send time of neighbour p's state.
+    """
+    n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
+    blocking, phases = gp[0], gp[1]
+    every = fp[4]
+    R = inb_c.shape[1]
+    while True:
+        # DPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
+        while st[13] < st[14]:
+            i = pend[st[13] % n]
+            if wpos[i] >= wlen[i]:
+                st[10] = i
+                return NEED_WORK
+            ph = it[i] % phases
+            if blocking == 0 and st[12] < nb_ptr[ph, i + 1] - nb_ptr[ph, i]:
+                st[10] = i
+                return NEED_POOL
+            st[13] += 1
+            t = pend_t[i]
+            now = fst[4]
+            k = it[i]
+            v = version[i]
+            t_start[i] = t
+            computed[i] = 0
+            if blocking == 0:
+                for x in range(nb_ptr[ph, i], nb_ptr[ph, i + 1]):
+                    send(st, fst, fp, i, send_idx[x], k, v, 0.0, t, n, g, links, m_i, m_f, free, ht, hk, hs)
+            ev_k[i] = k
+            ev_v[i] = v
+            start_compute(i, t, now, st, fst, wdraw, wpos, ht, hk, hs)
+        if st[2] == 0:
+            return DONE
+        slot = hs[0]
+        if slot < n:  # a compute finishing: blocking gossip sends the stepped state now
+            ph = ev_k[slot] % phases
+            if blocking == 1 and st[12] < nb_ptr[ph, slot + 1] - nb_ptr[ph, slot]:
+                st[10] = slot
+                return NEED_POOL
+        elif m_i[slot - n, 5] == DELIVER and m_i[slot - n, 1] - it[m_i[slot - n, 0]] >= R:
+            st[10] = slot - n
+            return NEED_RING
+        now = ht[0]
+        st[2] = _heap_pop(ht, hk, hs, st[2])
+        fst[4] = now
+        if slot < n:  # DPSGDRun._computed
+            i = slot
+            gop[i] = grad_row(st, cols, i, ev_k[i], ev_v[i], t_start[i], now, mu, spe, shard_len, per_epoch)
+            computed[i] = 1
+            t_ready[i] = now
+            if blocking == 1:  # step first, then gossip the stepped state
+                apply_row(st, fst, cols, i, gop[i], 0, now, version, mu, spe, every, cad_end)
+                k = it[i]
+                ph = k % phases
+                for x in range(nb_ptr[ph, i], nb_ptr[ph, i + 1]):
+                    send(st, fst, fp, i, send_idx[x], k, version[i], 0.0, now, n, g, links, m_i, m_f, free, ht, hk,
+                         hs)
+            _try_finish(i, now, K, phases, blocking, mu, spe, every, cad_end, st, fst, cols, nb_ptr, nb_idx, nb_w,
+                        self_w, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
+            continue
+        m = slot - n
+        if m_i[m, 5] == ENTER:
+            enter(st, m, now, n, links, m_i, m_f, ht, hk, hs)
+            continue
+        # DPSGDRun._arrive: into the inbox of (j, k), at the sender's place among j's neighbours
+        j = m_i[m, 0]
+        k = m_i[m, 1]
+        src = m_i[m, 2]
+        ph = k % phases
+        r = k % R
+        for x in range(nb_ptr[ph, j], nb_ptr[ph, j + 1]):
+            if nb_idx[x] == src:
+                p = x - nb_ptr[ph, j]
+                inb_v[j, r, p] = m_i[m, 3]
+                inb_t[j, r, p] = m_f[m, 1]
+                break
+        inb_c[j, r] += 1
+        release(st, m, free)
+        if it[j] == k and computed[j] == 1:
+            _try_finish(j, now, K, phases, blocking, mu, spe, every, cad_end, st, fst, cols, nb_ptr, nb_idx, nb_w,
+                        self_w, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
+
+
+def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int, spe: int, every: float, cad_end: int,
+                st: np.ndarray, fst: np.ndarray, cols: tuple, nb_ptr: np.ndarray, nb_idx: np.ndarray,
+                nb_w: np.ndarray, self_w: np.ndarray, it: np.ndarray, t_ready: np.ndarray, gop: np.ndarray,
+                version: np.ndarray, inb_c: np.ndarray, inb_v: np.ndarray, inb_t: np.ndarray, pend: np.ndarray,
+                pend_t: np.ndarray) -> None:
+    """DPSGDRun._try_finish: when every neighbour's state of this iteration is in, mix them (in
+    the weights' order), step (overlap 1), and go on to the next iteration."""
+    R = inb_c.shape[1]
+    k = it[i]
+    ph = k % phases
+    r = k % R
+    lo, hi = nb_ptr[ph, i], nb_ptr[ph, i + 1]
+    if inb_c[i, r] < hi - lo:
+        return
+    inb_c[i, r] = 0
+    for x in range(lo, hi):
+        mix_row(st, cols, i, nb_idx[x], inb_v[i, r, x - lo], nb_w[x], self_w[ph, i] if x == lo else 1.0,
+                inb_t[i, r, x - lo], now, version, spe)
+    if blocking == 0:
+        apply_row(st, fst, cols, i, gop[i], 0, now, version, mu, spe, every, cad_end)
+    fst[2] += now - t_ready[i]
+    it[i] = k + 1
+    if k + 1 < K:
+        queue_begin(i, now, pend, pend_t, st)
+
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True)
+    _try_finish = _jit(_try_finish)
+    _kernel = _jit(_kernel)
+
+
+def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
+                        ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]],
+                                   str]:
+    """The SimPy engine's ``(trace, summary)`` of a covered D-PSGD point, with the staleness
+    histogram, the evaluation schedule and the simulation's id (``keep_trace=False``: no trace)."""
+    reason = covers(point)
+    if reason is not None:
+        raise ValueError(f"the fast D-PSGD engine does not cover this point: {reason}")
+    cl, proto = point["cluster"], point["protocol"]
+    n, topo, peers = cl["learners"], proto["topology"], proto["peers"]
+    K = iterations(point)
+    phases = topology.period(topology.symmetric_topology(topo), n, peers)
+    nb_ptr = np.zeros((phases, n + 1), np.int64)
+    nb_idx: list[int] = []
+    nb_w: list[float] = []
+    send_idx: list[int] = []
+    self_w = np.zeros((phases, n))
+    for ph in range(phases):
+        for i in range(n):
+            w_ii, pairs = mixing.symmetric_weights(topo, i, ph, n, peers)
+            nb_ptr[ph, i] = len(nb_idx)
+            self_w[ph, i] = w_ii
+            nb_idx.extend(j for j, _ in pairs)
+            nb_w.extend(w for _, w in pairs)
+            send_idx.extend(sorted((j for j, _ in pairs), key=lambda j, i=i: (j - i) % n))
+        nb_ptr[ph, n] = len(nb_idx)
+    degree = int((nb_ptr[:, 1:] - nb_ptr[:, :-1]).max()) if n > 0 else 0
+    per_phase = nb_ptr[:, n] - nb_ptr[:, 0]
+    sends = int(per_phase.sum()) * (K // phases) + int(per_phase[:K % phases].sum())
+
+    ring, size = _initial_sizes(n, degree)
+    run = fast_nodes.Run(point, K, size, 1 + 2 * n * K + sends)
+    gp = np.array([1 if proto["overlap"] == 0 else 0, phases], np.int64)
+    it, version, gop = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    computed, ev_k, ev_v = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    t_start, t_ready = np.zeros(n), np.zeros(n)
+    inb_c = np.zeros((n, ring), np.int64)
+    inb_v, inb_t = np.zeros((n, ring, max(1, degree)), np.int64), np.zeros((n, ring, max(1, degree)))
+    nb = (nb_ptr, np.array(nb_idx, np.int64), np.array(nb_w), self_w, np.array(send_idx, np.int64))
+    while True:
+        ip, fp, st, fst, *draws = run.head()
+        status = _kernel(ip, gp, fp, st, fst, *draws, *nb, run.links, it, t_start, t_ready, computed, gop, version,
+                         ev_k, ev_v, run.pend, run.pend_t, inb_c, inb_v, inb_t, *run.pool.arrays(), run.cols)
+        if status == DONE:
+            break
+        if run.grow(status):
+            continue
+        if status == NEED_RING:  # inboxes of iterations it … re-placed in rings twice as long
+            R = inb_c.shape[1]
+            c2, v2, t2 = np.zeros((n, 2 * R), np.int64), np.zeros((n, 2 * R, inb_v.shape[2]), np.int64), \
+                np.zeros((n, 2 * R, inb_v.shape[2]))
+            for j in range(n):
+                for k in range(it[j], it[j] + R):
+                    c2[j, k % (2 * R)], v2[j, k % (2 * R)], t2[j, k % (2 * R)] = \
+                        inb_c[j, k % R], inb_v[j, k % R], inb_t[j, k % R]
+            inb_c, inb_v, inb_t = c2, v2, t2
+        else:  # pragma: no cover - the kernel returns no other status
+            raise RuntimeError(f"fast D-PSGD engine: unknown status {status}")
+    return run.result(keep_trace)
+
+
+def _initial_sizes(n: int, degree: int) -> tuple[int, int]:
+    """The inbox ring's length and the message pool to start with (each grows when needed)."""
+    return 4, max(16, 4 * n * max(1, degree))

@@ -1,0 +1,339 @@
+"""What the decentralized fast kernels share (:mod:`.fast_sgp`, :mod:`.fast_dpsgd`): the
+recorder's rows and the transport, transcribed from :class:`.protocols.GossipRecorder` and
+:class:`.gossip.Transport`, and the Python side's buffers and figures.
+
+Kernel state every one of them keeps at the same places: ``st`` (int) n_ops 0, n_inputs 1,
+heap size 2, schedule counter 3, samples applied 4, grads 5, applies 6, messages 7, delay sum
+8, delay count 9, need 10, last op kind 11, free message slots 12, pending begins head 13 and
+tail 14; ``fst`` (float) next eval 0, compute seconds 1, blocked seconds 2, bytes sent 3, now 4.
+The trace columns travel as one tuple (:data:`COLUMNS` order). Messages live in a pool
+(``m_i``: destination, iteration, source, source version, link-in row, state; ``m_f``:
+coefficient, send time, transfer seconds) with a stack of free slots; heap slot ``n + m`` is
+message ``m``. Links are FIFO rows (free_at, busy, wait, served, last_arrival): the nodes'
+NICs out, then in, then (GPUs per node > 1) each GPU's intra-node link out, then in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .compute import CHUNK, learner_clocks
+from .fast_ps import _Buffers, _heap_push, _reserve, numba
+from .protocols import AVERAGE, SHARD, EvalCadence, header_for
+from .protocols.gossip import run_figures
+from .stats import histogram
+from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
+
+ENTER, DELIVER = 0, 1                 # message states
+DONE, NEED_WORK, NEED_POOL = 0, 1, 2  # kernel status codes every kernel shares (theirs follow)
+
+
+def covers(point: dict[str, Any], protocol: str) -> str | None:
+    """None when the fast engine of ``protocol`` simulates ``point`` exactly; else why not."""
+    if numba is None:
+        return "numba is not installed"
+    if point["protocol"]["name"] != protocol:
+        return f"not {protocol}"
+    s = point["cluster"]["stragglers"]
+    if s["stall_rate_per_s"] > 0 and s["stall_mean_s"] > 0:
+        return "transient stalls"
+    return None
+COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_node"), ("ops", "src_version"),
+           ("ops", "sample_start"), ("ops", "batch_size"), ("ops", "batch_index"), ("ops", "t_start"),
+           ("ops", "t_end"), ("ops", "epoch"), ("ops", "coef"), ("ops", "self_coef"), ("ops", "in_start"),
+           ("ops", "in_count"), ("inputs", "grad_op"), ("inputs", "weight"), ("inputs", "staleness"))
+
+
+def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb: float, mu: int, spe: int,
+             shard_len: int, per_epoch: int) -> int:
+    """GossipRecorder.grad: node i's k-th minibatch (its shard) on its version v; the row."""
+    st[5] += 1
+    ep = k // per_epoch
+    r = st[0]
+    cols[0][r] = GRAD
+    cols[1][r] = i
+    cols[3][r] = i
+    cols[4][r] = v
+    cols[5][r] = ep * spe + i * shard_len + (k - ep * per_epoch) * mu
+    cols[6][r] = mu
+    cols[7][r] = k
+    cols[8][r] = ta
+    cols[9][r] = tb
+    cols[10][r] = st[4] / spe
+    st[0] = r + 1
+    st[11] = GRAD
+    return r
+
+
+def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, stale: int, t: float,
+              version: np.ndarray, mu: int, spe: int, every: float, cad_end: int) -> None:
+    """GossipRecorder.apply: node i applies gradient ``gop``; then the eval cadence."""
+    st[4] += mu
+    st[6] += 1
+    r = st[0]
+    cols[0][r] = APPLY
+    cols[1][r] = i
+    cols[2][r] = version[i]
+    cols[13][r] = st[1]
+    cols[14][r] = 1
+    cols[8][r] = t
+    cols[9][r] = t
+    cols[10][r] = st[4] / spe
+    cols[15][st[1]] = gop
+    cols[16][st[1]] = 1.0
+    cols[17][st[1]] = stale
+    st[1] += 1
+    st[0] = r + 1
+    st[11] = APPLY
+    version[i] += 1
+    samples = st[4]  # EvalCadence.due, with its end
+    if samples < fst[0] - 1e-9 or samples >= cad_end:
+        return
+    while fst[0] <= samples + 1e-9:
+        fst[0] += every
+    r = st[0]
+    cols[0][r] = EVAL
+    cols[1][r] = AVERAGE
+    cols[2][r] = AVERAGE
+    cols[8][r] = t
+    cols[9][r] = t
+    cols[10][r] = samples / spe
+    st[0] = r + 1
+    st[11] = EVAL
+
+
+def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc: float, ta: float, tb: float,
+            version: np.ndarray, spe: int) -> None:
+    """GossipRecorder.mix: x_i ← sc·x_i + c·x_src(sv)."""
+    r = st[0]
+    cols[0][r] = MIX
+    cols[1][r] = i
+    cols[2][r] = version[i]
+    cols[3][r] = src
+    cols[4][r] = sv
+    cols[8][r] = ta
+    cols[9][r] = tb
+    cols[10][r] = st[4] / spe
+    cols[11][r] = c
+    cols[12][r] = sc
+    st[0] = r + 1
+    st[11] = MIX
+    version[i] += 1
+
+
+def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int, sv: int, c: float, now: float,
+         n: int, g: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray,
+         hk: np.ndarray, hs: np.ndarray) -> None:
+    """Transport.send of one message from node i to node j now (a pool slot must be free).
+    ``fp``: tx, lat, intra_tx, intra_lat, every, message bytes."""
+    nodes = (links.shape[0] - (2 * n if g > 1 else 0)) // 2
+    st[7] += 1
+    if g > 1 and i // g == j // g:
+        out_row, in_row, tx, lat = 2 * nodes + i, 2 * nodes + n + j, fp[2], fp[3]
+    else:
+        fst[3] += fp[5]
+        out_row, in_row, tx, lat = i // g, nodes + j // g, fp[0], fp[1]
+    st[12] -= 1
+    m = free[st[12]]
+    m_i[m, 0] = j
+    m_i[m, 1] = k
+    m_i[m, 2] = i
+    m_i[m, 3] = sv
+    m_i[m, 4] = in_row
+    m_f[m, 0] = c
+    m_f[m, 1] = now
+    m_f[m, 2] = tx
+    if tx == 0.0:
+        m_i[m, 5] = DELIVER
+        at = now + lat
+    else:
+        m_i[m, 5] = ENTER
+        delay = _reserve(links, out_row, now, tx) - tx + lat - now
+        if delay < 0.0:
+            delay = 0.0
+        at = now + delay
+    st[2] = _heap_push(ht, hk, hs, st[2], at, st[3], n + m)
+    st[3] += 1
+
+
+def enter(st: np.ndarray, m: int, now: float, n: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray,
+          ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
+    """Transport._enter: message m enters its link in now; delivered when the link is done."""
+    delay = _reserve(links, m_i[m, 4], now, m_f[m, 2]) - now
+    if delay < 0.0:
+        delay = 0.0
+    m_i[m, 5] = DELIVER
+    st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], n + m)
+    st[3] += 1
+
+
+def queue_begin(i: int, now: float, pend: np.ndarray, pend_t: np.ndarray, st: np.ndarray) -> None:
+    """Node i begins its next iteration now: at the top of the kernel's loop (its handler
+    schedules nothing after it, so the schedule order is SimPy's)."""
+    pend[st[14] % pend.shape[0]] = i
+    pend_t[i] = now
+    st[14] += 1
+
+
+def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray, wdraw: np.ndarray,
+                  wpos: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
+    """GossipRun._compute and ``_later``: node i computes its next minibatch from t (no stalls);
+    its compute event (slot i) at ``now + max(0, t + work − now)``."""
+    work = wdraw[i, wpos[i]]
+    wpos[i] += 1
+    fst[1] += work
+    delay = t + work - now
+    if delay < 0.0:
+        delay = 0.0
+    st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
+    st[3] += 1
+
+
+def release(st: np.ndarray, m: int, free: np.ndarray) -> None:
+    """Message m's slot goes back to the pool."""
+    free[st[12]] = m
+    st[12] += 1
+
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True)
+    grad_row = _jit(grad_row)
+    apply_row = _jit(apply_row)
+    mix_row = _jit(mix_row)
+    send = _jit(send)
+    enter = _jit(enter)
+    release = _jit(release)
+    queue_begin = _jit(queue_begin)
+    start_compute = _jit(start_compute)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Python side
+
+class Pool:
+    """The message pool, its free stack and the event heap (n compute slots + the messages)."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n = n
+        self.m_i, self.m_f = np.zeros((size, 6), np.int64), np.zeros((size, 3))
+        self.free = np.arange(size - 1, -1, -1, dtype=np.int64)
+        self.ht, self.hk, self.hs = np.zeros(n + size + 1), np.zeros(n + size + 1, np.int64), \
+            np.zeros(n + size + 1, np.int64)
+
+    def grow(self, st: np.ndarray) -> None:
+        """Twice the slots (the heap too); the new ones free."""
+        P = self.m_i.shape[0]
+        self.m_i = np.concatenate([self.m_i, np.zeros_like(self.m_i)])
+        self.m_f = np.concatenate([self.m_f, np.zeros_like(self.m_f)])
+        top = int(st[12])
+        bigger = np.zeros(2 * P, np.int64)
+        bigger[:top] = self.free[:top]
+        bigger[top:top + P] = np.arange(P, 2 * P)
+        self.free = bigger
+        st[12] = top + P
+        self.ht, self.hk, self.hs = (np.concatenate([h, np.zeros(P, h.dtype)]) for h in (self.ht, self.hk, self.hs))
+
+    def arrays(self) -> tuple:
+        return self.m_i, self.m_f, self.free, self.ht, self.hk, self.hs
+
+
+class Run:
+    """The Python side of one decentralized fast run: the kernel's parameters and state
+    (:func:`kernel_params`), the links, the nodes' draw buffers (each node's own seeded
+    stream), the pending begins (every node begins at t = 0), the message pool and the trace
+    columns (``rows``: the run's ops but the evals, which are added)."""
+
+    def __init__(self, point: dict[str, Any], K: int, pool_size: int, rows: int) -> None:
+        self.point, self.K = point, K
+        n = self.n = point["cluster"]["learners"]
+        self.ip, self.fp, self.st, self.fst, link_rows = kernel_params(point, K)
+        self.links = np.zeros((link_rows, 5))
+        self.clocks = learner_clocks(point, n)
+        self.work = _Buffers(n, min(K, 4 * CHUNK))  # the rest as the kernel asks (NEED_WORK)
+        for i, clock in enumerate(self.clocks):
+            self.work.grow_row(i, np.asarray(clock.draws._fn(self.work.data.shape[1]), dtype=np.float64))
+        self.pend, self.pend_t = np.arange(n, dtype=np.int64), np.zeros(n)
+        self.st[14] = n
+        self.pool = Pool(n, pool_size)
+        self.st[12] = pool_size
+        evals = int(K * n * point["cluster"]["minibatch"] / self.fp[4]) + 3
+        self.ops, self.inputs, self.cols = trace_columns(rows + evals, n * K)
+        self.st[0], self.st[11] = 1, EVAL
+
+    def head(self) -> tuple:
+        """The kernel's leading arguments: ip, fp, st, fst and the draw buffers."""
+        return self.ip, self.fp, self.st, self.fst, self.work.data, self.work.pos, self.work.len
+
+    def grow(self, status: int) -> bool:
+        """Give the kernel what a shared status asks for; False for another status."""
+        x = int(self.st[10])
+        if status == NEED_WORK:
+            self.work.grow_row(x, np.asarray(self.clocks[x].draws._fn(CHUNK), dtype=np.float64))
+        elif status == NEED_POOL:
+            self.pool.grow(self.st)
+        else:
+            return False
+        return True
+
+    def result(self, keep_trace: bool) -> tuple[Any, dict[str, Any], list[tuple[int, int]],
+                                                list[tuple[float, float]], str]:
+        """What a fast engine returns: :func:`finish` of this run."""
+        return finish(self.point, self.K, self.st, self.fst, self.links, self.ops, self.inputs, keep_trace, SHARD)
+
+
+def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(ip, fp, st, fst, links rows)`` every decentralized kernel starts from. ``ip``: n, mu,
+    spe, K, shard_len, per_epoch, g, cadence end (samples); ``fp``: tx, lat, intra_tx,
+    intra_lat, every, message bytes."""
+    cl, wl, net = point["cluster"], point["workload"], point["cluster"]["network"]
+    n, mu, spe, g = cl["learners"], cl["minibatch"], wl["samples_per_epoch"], cl["gpus_per_node"]
+    bw, ibw = net["bandwidth_Bps"], net["intra_bandwidth_Bps"]
+    mbytes = wl["param_count"] * net["bytes_per_param"]
+    cad = EvalCadence(spe, wl["evals_per_epoch"], end=K * n * mu)
+    shard_len = max(1, spe // n)
+    ip = np.array([n, mu, spe, K, shard_len, max(1, shard_len // mu), g, K * n * mu], np.int64)
+    fp = np.array([0.0 if math.isinf(bw) else mbytes / bw, net["latency_s"] + net["overhead_s"],
+                   0.0 if math.isinf(ibw) else mbytes / ibw, net["intra_latency_s"] + net["overhead_s"],
+                   cad.every, mbytes])
+    st = np.zeros(15, np.int64)
+    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0])
+    return ip, fp, st, fst, 2 * (n // g) + (2 * n if g > 1 else 0)
+
+
+def trace_columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], tuple]:
+    """Blank columns and the kernel's tuple of them; row 0 is the run's first eval (GossipRecorder.begin)."""
+    ops, inputs = blank_columns(n_ops, n_inputs)
+    tables = {"ops": ops, "inputs": inputs}
+    ops["kind"][0], ops["node"][0], ops["version"][0] = EVAL, AVERAGE, AVERAGE
+    return ops, inputs, tuple(tables[t][c] for t, c in COLUMNS)
+
+
+def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links: np.ndarray,
+           ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], keep_trace: bool, layout: str
+           ) -> tuple[Any, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
+    """GossipRecorder.finish (the final eval) and GossipRun.stats: what the fast engines return."""
+    cl, spe = point["cluster"], point["workload"]["samples_per_epoch"]
+    n, g = cl["learners"], cl["gpus_per_node"]
+    T = float(fst[4])
+    if st[11] != EVAL:
+        r = int(st[0])
+        ops["kind"][r], ops["node"][r], ops["version"][r] = EVAL, AVERAGE, AVERAGE
+        ops["t_start"][r] = ops["t_end"][r] = T
+        ops["epoch"][r] = int(st[4]) / spe
+        st[0] += 1
+    n_ops = int(st[0])
+    ops = {k: v[:n_ops] for k, v in ops.items()}
+    header = header_for(point, n, layout)
+    header["iterations"] = K
+    trace = Trace(header, ops, {k: v[:int(st[1])] for k, v in inputs.items()}) if keep_trace else None
+    ev = ops["kind"] == EVAL
+    schedule = list(zip(ops["t_end"][ev].tolist(), ops["epoch"][ev].tolist()))
+    hist = histogram(inputs["staleness"][:int(st[1])])
+    nodes = n // g
+    util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
+    summary = run_figures(n, K, T, int(st[5]), int(st[6]), float(fst[1]), util(links[nodes:2 * nodes]),
+                          util(links[:nodes]), float(fst[3]), int(st[7]), float(fst[2]), int(st[8]), int(st[9]))
+    return trace, summary, hist, schedule, header["run_id"]

@@ -1,0 +1,127 @@
+"""The fast engines of SGP, D-PSGD and AD-PSGD against their SimPy engines (the reference
+model): byte-identical traces and equal summaries on a property-based grid of scenarios."""
+
+from __future__ import annotations
+
+import math
+from unittest.mock import patch
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddlsim.simulator import fast_adpsgd, fast_dpsgd, fast_nodes, fast_sgp
+from ddlsim.simulator import trace as T
+from ddlsim.simulator.run import fast_engine, simulate
+from tests.conftest import make_point
+
+ENGINES = {"sgp": fast_sgp.simulate_sgp_fast, "dpsgd": fast_dpsgd.simulate_dpsgd_fast,
+           "adpsgd": fast_adpsgd.simulate_adpsgd_fast}
+OVERLAPS = {"sgp": [0, 0, 1, 2, 5], "dpsgd": [0, 1], "adpsgd": [0]}  # SGP's τ; D-PSGD's schedule
+
+
+def scenario(protocol: str, n: int, g: int, mb: int, epochs: float, evals: int, seed: int, dist: str, cv: float,
+             frac: float, slow: float, lat: float, bw: float, o: float, ilat: float, ibw: float, topo: str,
+             peers: int, overlap: int, rate: float = 0.0) -> dict:
+    inf = lambda x: "inf" if math.isinf(x) else x  # noqa: E731
+    return make_point(f"""
+seed = {seed}
+[workload]
+dataset = "cifar10"
+model = "lenet"
+epochs = {epochs}
+samples_per_epoch = 2048
+evals_per_epoch = {evals}
+[cluster]
+learners = {n}
+minibatch = {mb}
+gpus_per_node = {g}
+[cluster.compute]
+distribution = "{dist}"
+base_s = 0.002
+per_sample_s = 0.0005
+cv = {cv}
+[cluster.stragglers]
+fraction = {frac}
+slowdown = {slow}
+stall_rate_per_s = {rate}
+stall_mean_s = 0.01
+[cluster.network]
+latency_s = {lat}
+bandwidth_Bps = {inf(bw)}
+overhead_s = {o}
+intra_latency_s = {ilat}
+intra_bandwidth_Bps = {inf(ibw)}
+[protocol]
+name = "{protocol}"
+topology = "{topo}"
+peers = {peers}
+overlap = {overlap}
+""")
+
+
+@settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(protocol=st.sampled_from(sorted(ENGINES)), nodes=st.integers(1, 8), g=st.sampled_from([1, 1, 2, 4]),
+       mb=st.sampled_from([1, 8, 64]), epochs=st.sampled_from([0.3, 1.0, 2.5]), evals=st.integers(1, 5),
+       seed=st.integers(0, 10**6), dist=st.sampled_from(["deterministic", "exponential", "lognormal"]),
+       cv=st.sampled_from([0.0, 0.3]), frac=st.sampled_from([0.0, 0.3]), slow=st.sampled_from([1.0, 3.0]),
+       lat=st.sampled_from([0.0, 5e-5, 2e-3]), bw=st.sampled_from([math.inf, 1.25e9, 2e7]),
+       o=st.sampled_from([0.0, 1e-5]), ilat=st.sampled_from([0.0, 3e-6]), ibw=st.sampled_from([math.inf, 1.5e11, 5e7]),
+       topo=st.sampled_from(["npdde", "dde", "ring", "complete", "bipartite_exp"]), peers=st.integers(1, 3),
+       pick=st.integers(0, 4))
+def test_fast_gossip_engines_are_byte_identical_to_simpy(protocol, nodes, g, mb, epochs, evals, seed, dist, cv, frac,
+                                                         slow, lat, bw, o, ilat, ibw, topo, peers, pick) -> None:
+    overlap = OVERLAPS[protocol][pick % len(OVERLAPS[protocol])]
+    try:
+        p = scenario(protocol, nodes * g, g, mb, epochs, evals, seed, dist, cv, frac, slow, lat, bw, o, ilat, ibw,
+                     topo, peers, overlap)
+    except Exception:  # a graph the scenario refuses (e.g. more peers than nodes): nothing to compare
+        return
+    assert fast_engine(p)[0] is ENGINES[protocol]
+    ref, fast = simulate(p, "simpy"), simulate(p, "fast")
+    assert T.encode(fast.trace) == T.encode(ref.trace)
+    assert fast.summary == ref.summary
+    assert (fast.histogram, fast.evals, fast.sim_id) == (ref.histogram, ref.evals, ref.sim_id)
+    bare = simulate(p, "fast", keep_trace=False)
+    assert bare.trace is None
+    assert (bare.summary, bare.histogram, bare.evals) == (ref.summary, ref.histogram, ref.evals)
+
+
+SMALLEST = {  # every buffer an engine grows, at its smallest; the statuses that must come back
+    "sgp": (fast_sgp, "_initial_sizes", lambda n, tau, indeg: (1, 1, 1), 3, {1, 2, 3, 4}),
+    "dpsgd": (fast_dpsgd, "_initial_sizes", lambda n, degree: (1, 1), 1, {1, 2, 3}),
+    "adpsgd": (fast_adpsgd, "_initial_pool", lambda n: 1, 0, {1, 2}),
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(SMALLEST))
+def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) -> None:
+    """Draw buffers of 2, refills of 3, a message pool (and held lists, arrival and inbox
+    rings) of 1: every refill and growth path runs, and the trace is still the reference's."""
+    module, name, smallest, overlap, expected = SMALLEST[protocol]
+    p = scenario(protocol, 12, 2, 8, 3.0, 3, 7, "exponential", 0.0, 0.3, 3.0, 1e-3, 2e7, 1e-5, 3e-6, 5e7, "npdde",
+                 2, overlap)
+    ref = simulate(p, "simpy")
+    real, kernel = fast_nodes._Buffers, module._kernel
+    statuses: set[int] = set()
+
+    def recording(*args):
+        status = kernel(*args)
+        statuses.add(status)
+        return status
+
+    with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_nodes, "_Buffers", lambda rows, cap: real(rows, 2)), \
+            patch.object(module, name, smallest), patch.object(module, "_kernel", recording):
+        fast = simulate(p, "fast")
+    assert statuses == expected | {fast_nodes.DONE}
+    assert T.encode(fast.trace) == T.encode(ref.trace)
+    assert fast.summary == ref.summary
+
+
+@pytest.mark.parametrize("protocol", sorted(ENGINES))
+def test_transient_stalls_fall_back_to_simpy(protocol) -> None:
+    p = scenario(protocol, 4, 1, 8, 0.3, 1, 0, "lognormal", 0.3, 0.0, 1.0, 5e-5, 1.25e9, 0.0, 0.0, math.inf, "npdde",
+                 1, 0, rate=30.0)
+    fast, reason = fast_engine(p)
+    assert fast is None and reason == "transient stalls"
+    assert simulate(p).summary == simulate(p, "simpy").summary
