@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, seeds, topology
-from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_WORK, apply_row, enter, grad_row, mix_row, queue_begin,
-                         release, send, start_compute)
+from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row, mix_row,
+                         queue_begin, release, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -38,7 +38,8 @@ def covers(point: dict[str, Any]) -> str | None:
 
 
 def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
-            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, c_ptr: np.ndarray, c_idx: np.ndarray,
+            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
+            spos: np.ndarray, slen: np.ndarray, walk: np.ndarray, c_ptr: np.ndarray, c_idx: np.ndarray,
             picks: np.ndarray, links: np.ndarray, it: np.ndarray, t_start: np.ndarray, t_ready: np.ndarray,
             read: np.ndarray, gop: np.ndarray, computed: np.ndarray, averaged: np.ndarray, version: np.ndarray,
             ev_k: np.ndarray, ev_v: np.ndarray, pend: np.ndarray, pend_t: np.ndarray,
@@ -54,30 +55,33 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         # ADPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
         while st[13] < st[14]:
             i = pend[st[13] % n]
-            if wpos[i] >= wlen[i]:
+            if walk[i, 0] == 0.0:  # (1: a stall walk to resume; the rest is done)
+                short = draws_short(i, wpos, wlen, stall, spos, slen, st)
+                if short:
+                    return short
+                active = c_ptr[i + 1] > c_ptr[i]
+                if active and st[12] < 1:
+                    st[10] = i
+                    return NEED_POOL
+                t = pend_t[i]
+                k = it[i]
+                v = version[i]
+                t_start[i] = t
+                read[i] = v
+                computed[i] = 0
+                if active:
+                    averaged[i] = 0
+                    send(st, fst, fp, i, c_idx[c_ptr[i] + picks[i, k]], REQUEST, v, 0.0, t, n, g, links, m_i, m_f,
+                         free, ht, hk, hs)
+                else:
+                    averaged[i] = 1
+                ev_k[i] = k
+                ev_v[i] = v
+            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
+                                 hk, hs):
                 st[10] = i
-                return NEED_WORK
-            active = c_ptr[i + 1] > c_ptr[i]
-            if active and st[12] < 1:
-                st[10] = i
-                return NEED_POOL
+                return NEED_STALL
             st[13] += 1
-            t = pend_t[i]
-            now = fst[4]
-            k = it[i]
-            v = version[i]
-            t_start[i] = t
-            read[i] = v
-            computed[i] = 0
-            if active:
-                averaged[i] = 0
-                send(st, fst, fp, i, c_idx[c_ptr[i] + picks[i, k]], REQUEST, v, 0.0, t, n, g, links, m_i, m_f,
-                     free, ht, hk, hs)
-            else:
-                averaged[i] = 1
-            ev_k[i] = k
-            ev_v[i] = v
-            start_compute(i, t, now, st, fst, wdraw, wpos, ht, hk, hs)
         if st[2] == 0:
             return DONE
         slot = hs[0]

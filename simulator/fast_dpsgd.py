@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, mixing, topology
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_WORK, apply_row, enter, grad_row, mix_row,
-                         queue_begin, release, send, start_compute)
+from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row,
+                         mix_row, queue_begin, release, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
-NEED_RING = 3  # this kernel's own status code
+NEED_RING = 4  # this kernel's own status code
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -40,7 +40,8 @@ def covers(point: dict[str, Any]) -> str | None:
 
 
 def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
-            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray,
+            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
+            spos: np.ndarray, slen: np.ndarray, walk: np.ndarray,
             nb_ptr: np.ndarray, nb_idx: np.ndarray, nb_w: np.ndarray, self_w: np.ndarray, send_idx: np.ndarray,
             links: np.ndarray, it: np.ndarray, t_start: np.ndarray, t_ready: np.ndarray, computed: np.ndarray,
             gop: np.ndarray, version: np.ndarray, ev_k: np.ndarray, ev_v: np.ndarray, pend: np.ndarray,
@@ -62,26 +63,29 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
         # DPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
         while st[13] < st[14]:
             i = pend[st[13] % n]
-            if wpos[i] >= wlen[i]:
+            if walk[i, 0] == 0.0:  # (1: a stall walk to resume; the rest is done)
+                short = draws_short(i, wpos, wlen, stall, spos, slen, st)
+                if short:
+                    return short
+                ph = it[i] % phases
+                if blocking == 0 and st[12] < nb_ptr[ph, i + 1] - nb_ptr[ph, i]:
+                    st[10] = i
+                    return NEED_POOL
+                t = pend_t[i]
+                k = it[i]
+                v = version[i]
+                t_start[i] = t
+                computed[i] = 0
+                if blocking == 0:
+                    for x in range(nb_ptr[ph, i], nb_ptr[ph, i + 1]):
+                        send(st, fst, fp, i, send_idx[x], k, v, 0.0, t, n, g, links, m_i, m_f, free, ht, hk, hs)
+                ev_k[i] = k
+                ev_v[i] = v
+            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
+                                 hk, hs):
                 st[10] = i
-                return NEED_WORK
-            ph = it[i] % phases
-            if blocking == 0 and st[12] < nb_ptr[ph, i + 1] - nb_ptr[ph, i]:
-                st[10] = i
-                return NEED_POOL
+                return NEED_STALL
             st[13] += 1
-            t = pend_t[i]
-            now = fst[4]
-            k = it[i]
-            v = version[i]
-            t_start[i] = t
-            computed[i] = 0
-            if blocking == 0:
-                for x in range(nb_ptr[ph, i], nb_ptr[ph, i + 1]):
-                    send(st, fst, fp, i, send_idx[x], k, v, 0.0, t, n, g, links, m_i, m_f, free, ht, hk, hs)
-            ev_k[i] = k
-            ev_v[i] = v
-            start_compute(i, t, now, st, fst, wdraw, wpos, ht, hk, hs)
         if st[2] == 0:
             return DONE
         slot = hs[0]

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from .compute import CHUNK, learner_clocks
-from .fast_ps import _Buffers, _heap_push, _reserve, numba
+from .fast_ps import STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, numba, stall_state
 from .protocols import AVERAGE, SHARD, EvalCadence, header_for
 from .protocols.gossip import run_figures
 from .stats import histogram
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 ENTER, DELIVER = 0, 1                 # message states
-DONE, NEED_WORK, NEED_POOL = 0, 1, 2  # kernel status codes every kernel shares (theirs follow)
+DONE, NEED_WORK, NEED_POOL, NEED_STALL = 0, 1, 2, 3  # kernel status codes every kernel shares (theirs follow)
 
 
 def covers(point: dict[str, Any], protocol: str) -> str | None:
@@ -37,9 +37,6 @@ def covers(point: dict[str, Any], protocol: str) -> str | None:
         return "numba is not installed"
     if point["protocol"]["name"] != protocol:
         return f"not {protocol}"
-    s = point["cluster"]["stragglers"]
-    if s["stall_rate_per_s"] > 0 and s["stall_mean_s"] > 0:
-        return "transient stalls"
     return None
 COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_node"), ("ops", "src_version"),
            ("ops", "sample_start"), ("ops", "batch_size"), ("ops", "batch_index"), ("ops", "t_start"),
@@ -178,18 +175,43 @@ def queue_begin(i: int, now: float, pend: np.ndarray, pend_t: np.ndarray, st: np
     st[14] += 1
 
 
-def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray, wdraw: np.ndarray,
-                  wpos: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
-    """GossipRun._compute and ``_later``: node i computes its next minibatch from t (no stalls);
-    its compute event (slot i) at ``now + max(0, t + work − now)``."""
-    work = wdraw[i, wpos[i]]
-    wpos[i] += 1
-    fst[1] += work
-    delay = t + work - now
+def draws_short(i: int, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, spos: np.ndarray,
+                slen: np.ndarray, st: np.ndarray) -> int:
+    """Before node i begins a minibatch: NEED_WORK or NEED_STALL when its draws run short (the
+    node noted in ``st[10]``), else 0."""
+    if wpos[i] >= wlen[i]:
+        st[10] = i
+        return NEED_WORK
+    if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
+        st[10] = i
+        return NEED_STALL
+    return 0
+
+
+def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray, fp: np.ndarray,
+                  wdraw: np.ndarray, wpos: np.ndarray, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
+                  slen: np.ndarray, walk: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> bool:
+    """GossipRun._compute and ``_later``: node i computes its next minibatch from t, its stalls
+    pausing the work (LearnerClock.finish); its compute event (slot i) at ``now + max(0, end −
+    now)``. False when the stall draws ran out mid-walk: ``walk[i]`` keeps the walk (flag 1, t
+    and work left at 6, 7) and the next call, after a refill, resumes it."""
+    if walk[i, 0] == 1.0:
+        end = _walk(i, walk[i, 6], walk[i, 7], stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+    else:
+        work = wdraw[i, wpos[i]]
+        wpos[i] += 1
+        fst[1] += work
+        end = _finish(i, t, work, stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+    if end < 0.0:
+        walk[i, 0] = 1.0
+        return False
+    walk[i, 0] = 0.0
+    delay = end - now
     if delay < 0.0:
         delay = 0.0
     st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
     st[3] += 1
+    return True
 
 
 def release(st: np.ndarray, m: int, free: np.ndarray) -> None:
@@ -208,6 +230,7 @@ if numba is not None:
     release = _jit(release)
     queue_begin = _jit(queue_begin)
     start_compute = _jit(start_compute)
+    draws_short = _jit(draws_short)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +278,8 @@ class Run:
         self.work = _Buffers(n, min(K, 4 * CHUNK))  # the rest as the kernel asks (NEED_WORK)
         for i, clock in enumerate(self.clocks):
             self.work.grow_row(i, np.asarray(clock.draws._fn(self.work.data.shape[1]), dtype=np.float64))
+        self.stall, self.stall_draws, self.fp[6], self.fp[7] = stall_state(point, self.clocks)
+        self.walk = np.zeros((n, 8))  # a minibatch's stall walk that ran out of draws (start_compute)
         self.pend, self.pend_t = np.arange(n, dtype=np.int64), np.zeros(n)
         self.st[14] = n
         self.pool = Pool(n, pool_size)
@@ -264,8 +289,10 @@ class Run:
         self.st[0], self.st[11] = 1, EVAL
 
     def head(self) -> tuple:
-        """The kernel's leading arguments: ip, fp, st, fst and the draw buffers."""
-        return self.ip, self.fp, self.st, self.fst, self.work.data, self.work.pos, self.work.len
+        """The kernel's leading arguments: ip, fp, st, fst, the draw buffers, the stalls."""
+        sd = self.stall_draws
+        return (self.ip, self.fp, self.st, self.fst, self.work.data, self.work.pos, self.work.len, self.stall,
+                sd.data, sd.pos, sd.len, self.walk)
 
     def grow(self, status: int) -> bool:
         """Give the kernel what a shared status asks for; False for another status."""
@@ -274,6 +301,8 @@ class Run:
             self.work.grow_row(x, np.asarray(self.clocks[x].draws._fn(CHUNK), dtype=np.float64))
         elif status == NEED_POOL:
             self.pool.grow(self.st)
+        elif status == NEED_STALL:
+            self.stall_draws.grow_row(x, self.clocks[x]._rng.standard_exponential(4 * CHUNK))
         else:
             return False
         return True
@@ -287,7 +316,7 @@ class Run:
 def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """``(ip, fp, st, fst, links rows)`` every decentralized kernel starts from. ``ip``: n, mu,
     spe, K, shard_len, per_epoch, g, cadence end (samples); ``fp``: tx, lat, intra_tx,
-    intra_lat, every, message bytes."""
+    intra_lat, every, message bytes, and the stalls' mean gap and mean length (set by :class:`Run`)."""
     cl, wl, net = point["cluster"], point["workload"], point["cluster"]["network"]
     n, mu, spe, g = cl["learners"], cl["minibatch"], wl["samples_per_epoch"], cl["gpus_per_node"]
     bw, ibw = net["bandwidth_Bps"], net["intra_bandwidth_Bps"]
@@ -297,7 +326,7 @@ def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray
     ip = np.array([n, mu, spe, K, shard_len, max(1, shard_len // mu), g, K * n * mu], np.int64)
     fp = np.array([0.0 if math.isinf(bw) else mbytes / bw, net["latency_s"] + net["overhead_s"],
                    0.0 if math.isinf(ibw) else mbytes / ibw, net["intra_latency_s"] + net["overhead_s"],
-                   cad.every, mbytes])
+                   cad.every, mbytes, 0.0, 0.0])
     st = np.zeros(15, np.int64)
     fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0])
     return ip, fp, st, fst, 2 * (n // g) + (2 * n if g > 1 else 0)

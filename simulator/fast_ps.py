@@ -575,6 +575,22 @@ class _Buffers:
         self.len[i] = end
 
 
+def stall_state(point: dict[str, Any], clocks: list) -> tuple[np.ndarray, _Buffers, float, float]:
+    """The learners' transient stalls as the kernels walk them: each clock's current stall
+    (start, end), its next exponential draws (standard; scaled by the mean gap and the mean
+    length, as ``LearnerClock._advance`` draws them), and those two scales."""
+    stalled = clocks[0]._s != math.inf
+    strag = point["cluster"]["stragglers"]
+    scale_gap = 1 / strag["stall_rate_per_s"] if stalled else 0.0
+    scale_len = float(strag["stall_mean_s"]) if stalled else 0.0
+    stall = np.array([[c._s, c._e] for c in clocks], dtype=np.float64)
+    draws = _Buffers(len(clocks), 4 * CHUNK if stalled else 1)
+    if stalled:
+        for i, clock in enumerate(clocks):
+            draws.grow_row(i, clock._rng.standard_exponential(4 * CHUNK))
+    return stall, draws, scale_gap, scale_len
+
+
 FLUSH_OPS = 1 << 20  # summary-only runs keep this many trace rows at a time
 
 
@@ -615,15 +631,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     for i, clock in enumerate(clocks):
         while work.len[i] < per:
             work.grow_row(i, np.asarray(clock.draws._fn(CHUNK), dtype=np.float64))
-    stalled = clocks[0]._s != math.inf
-    strag = cl["stragglers"]
-    scale_gap = 1 / strag["stall_rate_per_s"] if stalled else 0.0
-    scale_len = float(strag["stall_mean_s"]) if stalled else 0.0
-    stall = np.array([[c._s, c._e] for c in clocks], dtype=np.float64)
-    stall_draws = _Buffers(lam, 4 * CHUNK if stalled else 1)
-    if stalled:
-        for i, clock in enumerate(clocks):
-            stall_draws.grow_row(i, clock._rng.standard_exponential(4 * CHUNK))
+    stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks)
     chunks = max(1, math.ceil(S * total / CHUNK))
     adraw = np.concatenate([np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)
                             for _ in range(chunks if keep_trace else min(chunks, 4))])

@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, mixing, topology
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_WORK, apply_row, enter, grad_row, mix_row,
-                         queue_begin, release, send, start_compute)
+from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row,
+                         mix_row, queue_begin, release, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
-NEED_HELD, NEED_RING = 3, 4  # this kernel's own status codes
+NEED_HELD, NEED_RING = 4, 5  # this kernel's own status codes
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -50,7 +50,8 @@ def covers(point: dict[str, Any]) -> str | None:
 
 
 def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
-            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray,
+            wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
+            spos: np.ndarray, slen: np.ndarray, walk: np.ndarray,
             out_ptr: np.ndarray, out_idx: np.ndarray, indeg: np.ndarray, coefs: np.ndarray,
             links: np.ndarray, it: np.ndarray, t_start: np.ndarray, version: np.ndarray, complete: np.ndarray,
             blocked_at: np.ndarray, block_start: np.ndarray, done: np.ndarray, ev_k: np.ndarray, ev_v: np.ndarray,
@@ -70,16 +71,18 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
         # a node that may start its next iteration does (SGPRun._begin): last thing its handler did
         while st[13] < st[14]:
             i = pend[st[13] % n]
-            if wpos[i] >= wlen[i]:
+            if walk[i, 0] == 0.0:  # (1: a stall walk to resume)
+                short = draws_short(i, wpos, wlen, stall, spos, slen, st)
+                if short:
+                    return short
+                t_start[i] = pend_t[i]
+                ev_k[i] = it[i]
+                ev_v[i] = version[i]
+            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
+                                 hk, hs):
                 st[10] = i
-                return NEED_WORK
+                return NEED_STALL
             st[13] += 1
-            t = pend_t[i]
-            now = fst[4]
-            t_start[i] = t
-            ev_k[i] = it[i]
-            ev_v[i] = version[i]
-            start_compute(i, t, now, st, fst, wdraw, wpos, ht, hk, hs)
         if st[2] == 0:
             return DONE
         slot = hs[0]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddlsim.simulator import fast_adpsgd, fast_dpsgd, fast_nodes, fast_sgp
+from ddlsim.simulator import fast_adpsgd, fast_dpsgd, fast_nodes, fast_ps, fast_sgp
 from ddlsim.simulator import trace as T
 from ddlsim.simulator.run import fast_engine, simulate
 from tests.conftest import make_point
@@ -22,7 +22,7 @@ OVERLAPS = {"sgp": [0, 0, 1, 2, 5], "dpsgd": [0, 1], "adpsgd": [0]}  # SGP's τ;
 
 def scenario(protocol: str, n: int, g: int, mb: int, epochs: float, evals: int, seed: int, dist: str, cv: float,
              frac: float, slow: float, lat: float, bw: float, o: float, ilat: float, ibw: float, topo: str,
-             peers: int, overlap: int, rate: float = 0.0) -> dict:
+             peers: int, overlap: int, rate: float = 0.0, stall: float = 0.01) -> dict:
     inf = lambda x: "inf" if math.isinf(x) else x  # noqa: E731
     return make_point(f"""
 seed = {seed}
@@ -45,7 +45,7 @@ cv = {cv}
 fraction = {frac}
 slowdown = {slow}
 stall_rate_per_s = {rate}
-stall_mean_s = 0.01
+stall_mean_s = {stall}
 [cluster.network]
 latency_s = {lat}
 bandwidth_Bps = {inf(bw)}
@@ -68,13 +68,13 @@ overlap = {overlap}
        lat=st.sampled_from([0.0, 5e-5, 2e-3]), bw=st.sampled_from([math.inf, 1.25e9, 2e7]),
        o=st.sampled_from([0.0, 1e-5]), ilat=st.sampled_from([0.0, 3e-6]), ibw=st.sampled_from([math.inf, 1.5e11, 5e7]),
        topo=st.sampled_from(["npdde", "dde", "ring", "complete", "bipartite_exp"]), peers=st.integers(1, 3),
-       pick=st.integers(0, 4))
+       pick=st.integers(0, 4), rate=st.sampled_from([0.0, 0.0, 30.0]))
 def test_fast_gossip_engines_are_byte_identical_to_simpy(protocol, nodes, g, mb, epochs, evals, seed, dist, cv, frac,
-                                                         slow, lat, bw, o, ilat, ibw, topo, peers, pick) -> None:
+                                                         slow, lat, bw, o, ilat, ibw, topo, peers, pick, rate) -> None:
     overlap = OVERLAPS[protocol][pick % len(OVERLAPS[protocol])]
     try:
         p = scenario(protocol, nodes * g, g, mb, epochs, evals, seed, dist, cv, frac, slow, lat, bw, o, ilat, ibw,
-                     topo, peers, overlap)
+                     topo, peers, overlap, rate)
     except Exception:  # a graph the scenario refuses (e.g. more peers than nodes): nothing to compare
         return
     assert fast_engine(p)[0] is ENGINES[protocol]
@@ -88,19 +88,20 @@ def test_fast_gossip_engines_are_byte_identical_to_simpy(protocol, nodes, g, mb,
 
 
 SMALLEST = {  # every buffer an engine grows, at its smallest; the statuses that must come back
-    "sgp": (fast_sgp, "_initial_sizes", lambda n, tau, indeg: (1, 1, 1), 3, {1, 2, 3, 4}),
-    "dpsgd": (fast_dpsgd, "_initial_sizes", lambda n, degree: (1, 1), 1, {1, 2, 3}),
-    "adpsgd": (fast_adpsgd, "_initial_pool", lambda n: 1, 0, {1, 2}),
+    "sgp": (fast_sgp, "_initial_sizes", lambda n, tau, indeg: (1, 1, 1), 3, {1, 2, 3, 4, 5}),
+    "dpsgd": (fast_dpsgd, "_initial_sizes", lambda n, degree: (1, 1), 1, {1, 2, 3, 4}),
+    "adpsgd": (fast_adpsgd, "_initial_pool", lambda n: 1, 0, {1, 2, 3}),
 }
 
 
 @pytest.mark.parametrize("protocol", sorted(SMALLEST))
 def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) -> None:
-    """Draw buffers of 2, refills of 3, a message pool (and held lists, arrival and inbox
-    rings) of 1: every refill and growth path runs, and the trace is still the reference's."""
+    """Draw buffers of 2, refills of 3, stall draws of 12, a message pool (and held lists,
+    arrival and inbox rings) of 1: every refill and growth path runs, and the trace is still
+    the reference's."""
     module, name, smallest, overlap, expected = SMALLEST[protocol]
     p = scenario(protocol, 12, 2, 8, 3.0, 3, 7, "exponential", 0.0, 0.3, 3.0, 1e-3, 2e7, 1e-5, 3e-6, 5e7, "npdde",
-                 2, overlap)
+                 2, overlap, rate=200.0, stall=0.001)
     ref = simulate(p, "simpy")
     real, kernel = fast_nodes._Buffers, module._kernel
     statuses: set[int] = set()
@@ -110,8 +111,9 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
         statuses.add(status)
         return status
 
-    with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_nodes, "_Buffers", lambda rows, cap: real(rows, 2)), \
-            patch.object(module, name, smallest), patch.object(module, "_kernel", recording):
+    with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_ps, "CHUNK", 3), \
+            patch.object(fast_nodes, "_Buffers", lambda rows, cap: real(rows, 2)), patch.object(module, name, smallest), \
+            patch.object(module, "_kernel", recording):
         fast = simulate(p, "fast")
     assert statuses == expected | {fast_nodes.DONE}
     assert T.encode(fast.trace) == T.encode(ref.trace)
@@ -119,9 +121,23 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
 
 
 @pytest.mark.parametrize("protocol", sorted(ENGINES))
-def test_transient_stalls_fall_back_to_simpy(protocol) -> None:
-    p = scenario(protocol, 4, 1, 8, 0.3, 1, 0, "lognormal", 0.3, 0.0, 1.0, 5e-5, 1.25e9, 0.0, 0.0, math.inf, "npdde",
-                 1, 0, rate=30.0)
-    fast, reason = fast_engine(p)
-    assert fast is None and reason == "transient stalls"
-    assert simulate(p).summary == simulate(p, "simpy").summary
+def test_a_minibatch_spanning_hundreds_of_stalls_resumes_its_walk_after_a_refill(protocol) -> None:
+    """≈ 600 stalls of 1 µs inside each 6 ms minibatch, stall draws 256 at a time (128 stalls): a
+    walk outruns the draws a node has, stops, has them refilled and resumes where it stopped."""
+    p = scenario(protocol, 4, 1, 8, 0.1, 1, 3, "lognormal", 0.3, 0.0, 1.0, 5e-5, 1.25e9, 0.0, 0.0, math.inf,
+                 "npdde", 1, 0, rate=1e5, stall=1e-6)
+    assert fast_engine(p)[0] is ENGINES[protocol]
+    ref = simulate(p, "simpy")
+    resumed = []
+    grow = fast_nodes.Run.grow
+
+    def noting(run, status):
+        resumed.append(status == fast_nodes.NEED_STALL and bool(run.walk[:, 0].any()))
+        return grow(run, status)
+
+    with patch.object(fast_nodes, "CHUNK", 64), patch.object(fast_ps, "CHUNK", 64), \
+            patch.object(fast_nodes.Run, "grow", noting):
+        fast = simulate(p, "fast")
+    assert any(resumed)
+    assert T.encode(fast.trace) == T.encode(ref.trace)
+    assert fast.summary == ref.summary
