@@ -4,8 +4,8 @@ loop compiled by numba, byte-identical traces.
 Covered: hardsync, softsync, async, SSP and every catalogue variant of them (barrier, every-c
 apply, SSP release), with shards, network latency/bandwidth/overhead, server apply times,
 persistent stragglers and transient stalls, any compute distribution, learners sharing a
-node's NIC (``gpus_per_node`` > 1) — when there is no tree aggregation; a gradient of several
-buckets (each pushed as backward produces it) when there are no transient stalls.
+node's NIC (``gpus_per_node`` > 1), gradients of several buckets (each pushed as backward
+produces it) — when there is no tree aggregation.
 :func:`covers` says what is not; ``engine = "auto"`` then uses the SimPy engine.
 
 Identity with the SimPy engine (:mod:`.ps` with :class:`.protocols.ps.PSCore`) is by
@@ -59,11 +59,6 @@ def covers(point: dict[str, Any]) -> str | None:
     cl = point["cluster"]
     if cl["server"]["group_size"] != 1:
         return "tree aggregation (group_size > 1)"
-    nbytes = point["workload"]["param_count"] * cl["network"]["bytes_per_param"]
-    strag = cl["stragglers"]
-    if len(bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])) > 1 and strag["stall_rate_per_s"] > 0 \
-            and strag["stall_mean_s"] > 0:
-        return "several gradient buckets with transient stalls"
     return None
 
 
@@ -181,7 +176,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             batches: np.ndarray, done_clock: np.ndarray, at_clock: np.ndarray, waiting: np.ndarray,
             pend: np.ndarray, acc: np.ndarray,
             ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
-            produced: np.ndarray, bshare: np.ndarray, bapply: np.ndarray, bdone: np.ndarray,
+            produced: np.ndarray, bshare: np.ndarray, bapply: np.ndarray, bdone: np.ndarray, bmark: np.ndarray,
             node_links: np.ndarray, kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
             src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
             t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray,
@@ -204,8 +199,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     buckets one event per earlier bucket b (slot ``lam + i·(B−1) + b``: the bucket leaves when
     backward has produced it, ``produced[b]`` of the work; ``bshare[b]`` of the bytes; the
     learner's S apply draws ``bapply[i]``, taken when it starts, scaled by the share; the
-    latest end of its buckets' processing ``bdone[i]``); the heap orders slots by (time,
-    schedule counter).
+    latest end of its buckets' processing ``bdone[i]``; when each is ready ``bmark[i]``); the
+    heap orders slots by (time, schedule counter). A stall walk that runs out of draws stops
+    (``st[18]`` the learner + 1, ``st[19]`` its minibatch, ``st[20]`` the bucket being walked;
+    ``fst[4..8]``: start, pull time, the walk's t and work left, the minibatch's work) and
+    resumes after the refill.
     The trace columns are written directly (their defaults pre-filled by the caller).
     """
     lam, mu, N, total, c, barrier, bound, S = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
@@ -221,6 +219,18 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             if end < 0.0:
                 st[12] = i
                 return NEED_STALL
+            if B > 1:  # the bucket being walked is ready; walk the rest
+                b = st[20]
+                bmark[i, b] = end
+                b = _marks(i, b + 1, end, fst[8] * produced[b] if b < B - 1 else fst[8], fst[8], produced, bmark,
+                           stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+                if b < B:
+                    st[12], st[20] = i, b
+                    return NEED_STALL
+                st[18] = 0
+                _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, st[19], fst[4], fst[5], S, adraw, produced, bapply,
+                               bdone, bmark)
+                continue
             st[18] = 0
             _started(st, ev_i, ev_f, ht, hk, hs, i, st[19], fst[4], fst[5], end)
         # 1. learners released by the last event start their next minibatch (a pull each)
@@ -258,17 +268,14 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             work = wdraw[i, wpos[i]]
             wpos[i] += 1
             fst[2] += work
-            if B > 1:  # PSRun._start with buckets (no stalls: covers()): each leaves when produced
-                bdone[i] = 0.0
-                for s in range(S):
-                    bapply[i, s] = adraw[st[15]]
-                    st[15] += 1
-                for b in range(B - 1):
-                    m = t + work * produced[b]
-                    delay = m - now if m > now else 0.0
-                    st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
-                    st[8] += 1
-                _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, t + work)
+            if B > 1:  # PSRun._start with buckets: each leaves when backward has produced it
+                fst[8] = work
+                b = _marks(i, 0, t, 0.0, work, produced, bmark, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+                if b < B:  # more stalls inside this minibatch than draws at hand: refill, resume
+                    st[12], st[18], st[19], st[20] = i, i + 1, k, b
+                    fst[4], fst[5] = t, now
+                    return NEED_STALL
+                _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, S, adraw, produced, bapply, bdone, bmark)
                 continue
             end = _finish(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:  # more stalls inside this minibatch than draws at hand: refill, resume
@@ -423,6 +430,45 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[10] += 1
 
 
+def _marks(i: int, b0: int, t: float, prev: float, work: float, produced: np.ndarray, bmark: np.ndarray,
+           stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, scale_gap: float,
+           scale_len: float, fst: np.ndarray) -> int:
+    """LearnerClock.finish_many for the bucket marks (work × produced[b], then the work): when
+    each is ready, into ``bmark[i]``, from bucket ``b0`` on (the walk at ``t``, ``prev`` of the
+    work done). Returns B, or the bucket whose walk ran out of stall draws (resumable)."""
+    B = bmark.shape[1]
+    if stall[i, 0] == math.inf:  # no stalls: start + mark
+        for b in range(B):
+            bmark[i, b] = t + (work * produced[b] if b < B - 1 else work)
+        return B
+    for b in range(b0, B):
+        m = work * produced[b] if b < B - 1 else work
+        t = _walk(i, t, m - prev, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+        if t < 0.0:
+            return b
+        bmark[i, b] = t
+        prev = m
+    return B
+
+
+def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray, hk: np.ndarray,
+                   hs: np.ndarray, i: int, k: int, t: float, now: float, S: int, adraw: np.ndarray,
+                   produced: np.ndarray, bapply: np.ndarray, bdone: np.ndarray, bmark: np.ndarray) -> None:
+    """The rest of PSRun._start with buckets: the learner's S apply draws, an event per earlier
+    bucket when it is ready, the send when the work is done."""
+    lam, B = bmark.shape[0], bmark.shape[1]
+    bdone[i] = 0.0
+    for s in range(S):
+        bapply[i, s] = adraw[st[15]]
+        st[15] += 1
+    for b in range(B - 1):
+        m = bmark[i, b]
+        delay = m - now if m > now else 0.0
+        st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
+        st[8] += 1
+    _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, bmark[i, B - 1])
+
+
 def _leave_delay(node_links: np.ndarray, node: int, now: float, txn: float) -> float:
     """PSRun._deliver through a shared NIC: the delay until the message starts leaving the node."""
     leave = _reserve(node_links, node, now, txn) - txn
@@ -539,6 +585,8 @@ if numba is not None:
     _started = _jit(_started)
     _bucket_at_server = _jit(_bucket_at_server)
     _leave_delay = _jit(_leave_delay)
+    _marks = _jit(_marks)
+    _start_buckets = _jit(_start_buckets)
     _heap_push = _jit(_heap_push)
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
@@ -640,9 +688,9 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
                    max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"]], dtype=np.int64)
     fp = np.array([tx, lat, cad.every, scale_gap, scale_len, 0.0 if math.isinf(bw) else nbytes / bw])
-    st = np.zeros(20, np.int64)
+    st = np.zeros(21, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
-    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     max_ops = 2 * total + int(total * mu / (N / wl["evals_per_epoch"])) + 8
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
@@ -670,7 +718,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     link_in, link_out, queue = fifo(), fifo(), fifo()
     slots = lam * (2 * B - 1) + 1  # a send-or-processed event per learner, two per earlier bucket
     ht, hk, hs = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
-    bapply, bdone = np.zeros((lam, S)), np.zeros(lam)
+    bapply, bdone, bmark = np.zeros((lam, S)), np.zeros(lam), np.zeros((lam, B))
     g = cl["gpus_per_node"]
     node_links = np.zeros((2 * (lam // g), 5))  # the nodes' NICs out, then in
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
@@ -684,7 +732,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, node_links,
+                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links,
                          *cols)
         if status == DONE:
             break
