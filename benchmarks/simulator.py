@@ -13,7 +13,9 @@ Workload: async, λ = 32, μ = 4, network (50 µs, 1.25 GB/s) and server (expone
 ratios engine / skeleton per repeat (median and range). Then wall times of single runs: the
 Rudra-CIFAR10-scale run (λ = 30, μ = 4, 1.75M gradients) with the fast engine, and a ResNet-50
 epoch on 32 nodes × 8 V100 with 25 MB DDP buckets, the SimPy and the fast AllReduce engine
-paired (interleaved repeats, the speed ratio), and 90 such epochs with the fast engine. The PS
+paired (interleaved repeats, the speed ratio), and 90 such epochs with the fast engine; the
+same pairing on half an epoch of Rudra-ImageNet async (a parameter server receiving 12 gradient
+buckets per push) and its 35 epochs with the fast engine. The PS
 fast engine's compile time (numba, cached on disk after the first run) is reported apart.
 
 ``--big`` adds the memory check: a 100M-gradient async run (λ = 32, μ = 4, 8,000 CIFAR10
@@ -28,13 +30,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import simpy
 
-from ddlsim.scenarios.load import load_text
+from ddlsim.scenarios.load import load, load_text
 from ddlsim.simulator.run import simulate
 
+CATALOGUE = Path(__file__).resolve().parent.parent / "scenarios" / "catalogue"
 ASYNC = """
 [workload]
 dataset = "cifar10"
@@ -134,6 +138,25 @@ def rate(fn, p: dict) -> float:
     return grads / (time.perf_counter() - t0)
 
 
+def rudra_imagenet_async(*sets: str) -> dict:
+    return next(p for p in load(CATALOGUE / "rudra-imagenet.toml", list(sets)).points()
+                if p["protocol"]["name"] == "async")
+
+
+def paired_walls(p: dict, repeats: int) -> str:
+    """The SimPy and the fast engine on ``p``, interleaved (the order alternates): the speed
+    ratio per pair, median and range, with the median wall times (this machine)."""
+    walls: dict[str, list[float]] = {"simpy": [], "fast": []}
+    for r in range(repeats):
+        for name in ("simpy", "fast") if r % 2 == 0 else ("fast", "simpy"):
+            t0 = time.perf_counter()
+            simulate(p, name)
+            walls[name].append(time.perf_counter() - t0)
+    speed = [s / f for s, f in zip(walls["simpy"], walls["fast"])]
+    return (f"{statistics.median(speed):.1f}× (range {min(speed):.1f}–{max(speed):.1f}; simpy "
+            f"{statistics.median(walls['simpy']):.2f} s, fast {statistics.median(walls['fast']):.3f} s wall)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the work")
@@ -173,17 +196,18 @@ def main() -> None:
         n = simulate(q, "fast").summary["gradients"]
         print(f"Rudra CIFAR10 scale {proto:8s} λ=30 μ=4, fast engine: {n:,} gradients in "
               f"{time.perf_counter() - t0:.2f} s wall (goal < 2 s for 1.75M)")
+    imagenet = rudra_imagenet_async()
+    one = rudra_imagenet_async(f"workload.epochs={0.1 if args.quick else 0.5}")
+    pair = paired_walls(one, args.repeats)
+    t0 = time.perf_counter()
+    n = simulate(imagenet, "fast", keep_trace=False).summary["gradients"]
+    print(f"Rudra-ImageNet async (λ = 18, μ = 16, 72M parameters pushed as 12 buckets of 25 MB): "
+          f"{one['workload']['epochs']} epoch paired, fast / simpy speed {pair}; the 35 epochs "
+          f"({n:,} gradients), fast engine, no trace: {time.perf_counter() - t0:.1f} s wall")
     ddp = load_text(DDP).points()[0]
-    walls: dict[str, list[float]] = {"simpy": [], "fast": []}
-    for r in range(args.repeats):
-        for name in ("simpy", "fast") if r % 2 == 0 else ("fast", "simpy"):
-            t0 = time.perf_counter()
-            iters = simulate(ddp, name).summary["iterations"]
-            walls[name].append(time.perf_counter() - t0)
-    speed = [s / f for s, f in zip(walls["simpy"], walls["fast"])]
+    iters = simulate(ddp, "fast").summary["iterations"]
     print(f"ResNet-50 epoch, 32 nodes × 8 V100, DDP 25 MB buckets over 4×EDR ({iters} iterations, 40k grads): "
-          f"fast {statistics.median(walls['fast']):.3f} s, simpy {statistics.median(walls['simpy']):.3f} s wall; "
-          f"fast / simpy speed {statistics.median(speed):.1f}× (range {min(speed):.1f}–{max(speed):.1f})")
+          f"fast / simpy speed {paired_walls(ddp, args.repeats)}")
     long = load_text(DDP.replace("epochs = 1", f"epochs = {max(1, round(90 * scale))}")).points()[0]
     t0 = time.perf_counter()
     s = simulate(long, "fast", keep_trace=False).summary

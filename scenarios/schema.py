@@ -151,11 +151,11 @@ FIELDS: tuple[Field, ...] = (
        "overhead_s; explicit keys win.", optional=True),
     _f("cluster.network.latency_s", 5e-5, "Per-message latency between nodes.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
-       "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
+       "bytes/s", minimum=1, allow_inf=True),
     _f("cluster.network.overhead_s", 0.0, "Fixed software cost of every message (a collective pays it per step), "
        "beside the wire latency.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.intra_bandwidth_Bps", 1.6e10, "Per-GPU link inside a node (default: PCIe 3.0 x16); inf "
-       "means free.", "bytes/s", minimum=0, min_exclusive=True, allow_inf=True),
+       "means free.", "bytes/s", minimum=1, allow_inf=True),
     _f("cluster.network.intra_latency_s", 5e-6, "Per-message latency inside a node.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bytes_per_param", 4.0, "Bytes per parameter in a message.", "bytes", minimum=0,
        maximum=1024),

@@ -2,8 +2,7 @@
 traces.
 
 Covered: AD-PSGD on any topology and peers, network and intra-node links, persistent
-stragglers, any compute distribution — without transient stalls (:func:`covers`;
-``engine = "auto"`` then uses the SimPy engine).
+stragglers and transient stalls, any compute distribution.
 
 What it transcribes (:class:`.gossip.ADPSGDRun` on :mod:`.fast_nodes`): every node computes
 without waiting; an active node, when it begins iteration k on version v, sends its state to
@@ -12,7 +11,7 @@ the passive node averages on arrival and answers with its pre-average state; the
 averages on the answer and applies its gradient once it is computed (σ = mixes by others
 between read and apply). A node's next iteration is the last thing its handler starts, so
 the kernel starts it at the top of its loop. Message kinds ride in the message's iteration
-field (request 0, reply 1). tests/test_fast_adpsgd.py holds it byte for byte to the SimPy
+field (request 0, reply 1). tests/test_fast_gossip.py holds it byte for byte to the SimPy
 engine on a property grid.
 """
 

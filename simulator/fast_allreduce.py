@@ -37,7 +37,7 @@ from .protocols import GLOBAL_SLICE, AVERAGE, EvalCadence, header_for
 from .protocols.gossip import iterations, run_figures
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
-BLOCK_VALUES = 1 << 20  # minibatch times drawn at a time (rounds × nodes)
+BLOCK_VALUES = 1 << 20  # a block of rounds holds at most this many (rounds × nodes × buckets) values
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -72,7 +72,7 @@ def simulate_allreduce_fast(point: dict[str, Any], keep_trace: bool = True
     messages = 0
     free = 0.0                        # when the NICs are free (FIFO: every NIC alike)
     t = 0.0
-    rows = max(1, BLOCK_VALUES // n)
+    rows = max(1, BLOCK_VALUES // (n * B))  # rounds per block: work (rows × n) and maxima (rows × B) bounded
     for k0 in range(0, K, rows):
         k1 = min(K, k0 + rows)
         work = np.empty((k1 - k0, n))

@@ -4,8 +4,8 @@ traces.
 Covered: D-PSGD with either schedule (``overlap`` 0: compute, step, send the stepped state,
 mix the neighbours' when all are in — the SGP reference code's blocking gossip; ``overlap``
 1: send the state while computing, mix and step when both are there), any topology and
-peers, network and intra-node links, persistent stragglers, any compute distribution —
-without transient stalls (:func:`covers`; ``engine = "auto"`` then uses the SimPy engine).
+peers, network and intra-node links, persistent stragglers and transient stalls, any compute
+distribution.
 
 What it transcribes (:class:`.gossip.DPSGDRun` on :class:`.gossip.Transport` and
 :class:`.protocols.GossipRecorder`, through :mod:`.fast_nodes`): a node's iteration ends when
@@ -14,7 +14,7 @@ them in the order of the symmetric weights (first ``self_coef = W_ii``, then 1) 
 ``overlap`` 1, steps. A node's next iteration is the last thing its handler starts, so the
 kernel starts it at the top of its loop (draws, and with ``overlap`` 1 room for its messages,
 checked first). Messages wait in the receiver's inbox (per iteration, a ring grown when a
-neighbour runs further ahead than it holds). tests/test_fast_dpsgd.py holds it byte for
+neighbour runs further ahead than it holds). tests/test_fast_gossip.py holds it byte for
 byte to the SimPy engine on a property grid.
 """
 

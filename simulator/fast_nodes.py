@@ -149,7 +149,7 @@ def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int
     else:
         m_i[m, 5] = ENTER
         delay = _reserve(links, out_row, now, tx) - tx + lat - now
-        if delay < 0.0:
+        if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
             delay = 0.0
         at = now + delay
     st[2] = _heap_push(ht, hk, hs, st[2], at, st[3], n + m)
@@ -160,7 +160,7 @@ def enter(st: np.ndarray, m: int, now: float, n: int, links: np.ndarray, m_i: np
           ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
     """Transport._enter: message m enters its link in now; delivered when the link is done."""
     delay = _reserve(links, m_i[m, 4], now, m_f[m, 2]) - now
-    if delay < 0.0:
+    if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
     m_i[m, 5] = DELIVER
     st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], n + m)
@@ -207,7 +207,7 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
         return False
     walk[i, 0] = 0.0
     delay = end - now
-    if delay < 0.0:
+    if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
     st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
     st[3] += 1
@@ -284,7 +284,7 @@ class Run:
         self.st[14] = n
         self.pool = Pool(n, pool_size)
         self.st[12] = pool_size
-        evals = int(K * n * point["cluster"]["minibatch"] / self.fp[4]) + 3
+        evals = min(n * K, int(K * n * point["cluster"]["minibatch"] / self.fp[4])) + 3  # ≤ one per apply
         self.ops, self.inputs, self.cols = trace_columns(rows + evals, n * K)
         self.st[0], self.st[11] = 1, EVAL
 

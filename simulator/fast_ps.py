@@ -691,7 +691,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     st = np.zeros(21, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
     fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    max_ops = 2 * total + int(total * mu / (N / wl["evals_per_epoch"])) + 8
+    max_ops = 2 * total + min(total, int(total * mu / (N / wl["evals_per_epoch"]))) + 8  # evals ≤ applies
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
         max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)

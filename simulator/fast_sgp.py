@@ -2,8 +2,8 @@
 byte-identical traces.
 
 Covered: SGP with any overlap τ, topology and peers, network latency/bandwidth/overhead, GPUs
-per node (intra-node links), persistent stragglers, any compute distribution — without
-transient stalls (:func:`covers`; ``engine = "auto"`` then uses the SimPy engine).
+per node (intra-node links), persistent stragglers and transient stalls, any compute
+distribution.
 
 What it transcribes (:class:`.gossip.SGPRun`, :class:`.gossip.Transport`,
 :class:`.protocols.GossipRecorder`): iteration ``k`` of node ``i`` on version ``v`` — a grad,
@@ -18,7 +18,7 @@ Identity: the same draws, the same float operations in the same order (the FIFO
 reservations, ``now + delay`` event times), the same event order (a heap keyed by (time,
 schedule counter), as SimPy's; a node's next compute is always the last thing its handler
 schedules, so it is scheduled at the top of the loop, where the draws are checked first), the
-same eval cadence. tests/test_fast_sgp.py holds the two byte for byte on a property grid; a
+same eval cadence. tests/test_fast_gossip.py holds the two byte for byte on a property grid; a
 rule changes in :mod:`.gossip` first and here second.
 
 Storage: events and messages live in arrays (a message pool with a free list); a node's

@@ -49,7 +49,8 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
         return (fast_ps.simulate_ps_fast if reason is None else None), reason
     name = point["protocol"]["name"]
     if name == "allreduce":
-        return fast_allreduce.simulate_allreduce_fast, fast_allreduce.covers(point)
+        reason = fast_allreduce.covers(point)
+        return (fast_allreduce.simulate_allreduce_fast if reason is None else None), reason
     module, engine = GOSSIP_FAST[name]
     reason = module.covers(point)
     return (engine if reason is None else None), reason
@@ -58,10 +59,11 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
 def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = True) -> SimResult:
     """Run the simulator for a validated scenario point.
 
-    ``engine``: "simpy" (the reference model), "fast" (:mod:`.fast_ps`, :mod:`.fast_allreduce`:
-    byte-identical, for the configurations they cover; an error otherwise) or "auto" (fast when
-    one covers the point). ``keep_trace=False`` lets a fast engine drop the trace (memory
-    independent of the run's length); the summary, histogram and schedule are the same either way.
+    ``engine``: "simpy" (the reference model), "fast" (:func:`fast_engine`: byte-identical, for
+    the configurations they cover; an error otherwise) or "auto" (fast when one covers the
+    point). ``keep_trace=False`` returns no trace; the parameter-server and AllReduce fast
+    engines then drop it as they go (memory independent of the run's length), the gossip ones
+    build it and let it go at the end. The summary, histogram and schedule are the same either way.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")

@@ -90,7 +90,6 @@ def test_auto_picks_the_fast_allreduce_engine_and_fast_refuses_what_no_fast_engi
     with patch.object(fast_allreduce, "simulate_allreduce_fast", wraps=fast_allreduce.simulate_allreduce_fast) as spy:
         simulate(p)  # auto
     assert spy.called
-    stalled = make_point('[cluster]\nlearners = 4\n[cluster.stragglers]\nstall_rate_per_s = 20.0\n'
-                         'stall_mean_s = 0.01\n[protocol]\nname = "adpsgd"\n')
-    with pytest.raises(ValueError, match="does not cover this point: transient stalls"):
-        simulate(stalled, "fast")
+    grouped = make_point('[cluster]\nlearners = 4\n[cluster.server]\ngroup_size = 2\n[protocol]\nname = "async"\n')
+    with pytest.raises(ValueError, match="does not cover this point: tree aggregation"):
+        simulate(grouped, "fast")
