@@ -5,7 +5,8 @@ Covered: hardsync, softsync, async, SSP and every catalogue variant of them (bar
 apply, SSP release), with shards, network latency/bandwidth/overhead, server apply times,
 persistent stragglers and transient stalls, any compute distribution, learners sharing a
 node's NIC (``gpus_per_node`` > 1), gradients of several buckets (each pushed as backward
-produces it) — when there is no tree aggregation.
+produces it), tree aggregation (``group_size`` > 1) — but not tree aggregation under a
+staleness bound.
 :func:`covers` says what is not; ``engine = "auto"`` then uses the SimPy engine.
 
 Identity with the SimPy engine (:mod:`.ps` with :class:`.protocols.ps.PSCore`) is by
@@ -35,6 +36,7 @@ from . import seeds
 from .collectives import bucket_sizes, produced_shares
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps
+from .protocols.catalog import spec_of
 from .stats import histogram, merge_histograms
 from .trace import APPLY, EVAL, GRAD, Trace, blank_columns, eval_schedule
 
@@ -48,6 +50,7 @@ STALL_MARGIN = 256    # stall draws a learner must have left before it starts a 
 DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 4
 # event kinds
 SEND, PROCESSED, LEAVE = 0, 1, 2
+FORWARD, PROCESSED_MANY = 0, 1  # an aggregator's event
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -57,8 +60,8 @@ def covers(point: dict[str, Any]) -> str | None:
     if not is_ps(point):
         return "not a parameter-server protocol"
     cl = point["cluster"]
-    if cl["server"]["group_size"] != 1:
-        return "tree aggregation (group_size > 1)"
+    if cl["server"]["group_size"] != 1 and spec_of(point).bounded:
+        return "tree aggregation (group_size > 1) with a staleness bound"
     return None
 
 
@@ -177,7 +180,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             pend: np.ndarray, acc: np.ndarray,
             ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
             produced: np.ndarray, bshare: np.ndarray, bapply: np.ndarray, bdone: np.ndarray, bmark: np.ndarray,
-            node_links: np.ndarray, kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
+            node_links: np.ndarray, agg_links: np.ndarray, agg_inflight: np.ndarray, agg_arrive: np.ndarray,
+            agg_pend: np.ndarray, agg_n: np.ndarray, agg_fwd: np.ndarray, fwd_n: np.ndarray, agg_state: np.ndarray,
+            kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
             src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
             t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray,
             in_count: np.ndarray, in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
@@ -207,7 +212,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     The trace columns are written directly (their defaults pre-filled by the caller).
     """
     lam, mu, N, total, c, barrier, bound, S = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    layout, shard_len, per_epoch, g = ip[8], ip[9], ip[10], ip[11]
+    layout, shard_len, per_epoch, g, grp = ip[8], ip[9], ip[10], ip[11], ip[12]
     tx, lat, every, scale_gap, scale_len, node_tx = fp[0], fp[1], fp[2], fp[3], fp[4], fp[5]
     B = bshare.shape[0]
     nodes = node_links.shape[0] // 2
@@ -261,8 +266,13 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             t = done + lat
             # _start
             if st[1] >= total:
+                if grp > 1:  # the learner stops; its aggregator may forward what it holds
+                    _maybe_forward(i // grp, now, grp, lam, total, st, agg_inflight, agg_arrive, agg_pend, agg_n,
+                                   agg_fwd, fwd_n, agg_state, ht, hk, hs)
                 continue
             st[1] += 1
+            if grp > 1:
+                agg_inflight[i // grp] += 1
             k = batches[i]
             batches[i] = k + 1
             work = wdraw[i, wpos[i]]
@@ -284,15 +294,60 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 return NEED_STALL
             _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, end)
         # 2. the next event (room for it, and for the caller's final apply and eval, first)
-        if st[4] - st[16] + 3 > kind.shape[0] or st[5] - st[17] + c + 1 > in_grad.shape[0]:
+        if st[4] - st[16] + 3 > kind.shape[0] or st[5] - st[17] + c + grp + 1 > in_grad.shape[0]:
             return NEED_FLUSH
         if st[7] == 0:
             return DONE
         i = hs[0]
-        if i < lam and B == 1 and ev_i[i, 0] == SEND and adraw.shape[0] - st[15] < S:
+        if adraw.shape[0] - st[15] < S and (  # the event draws its applies: they must be there
+                (i < lam and B == 1 and grp == 1 and ev_i[i, 0] == SEND)
+                or (i >= lam and grp > 1 and agg_state[i - lam] == FORWARD)):
             return NEED_APPLY
         now = ht[0]
         st[7] = _heap_pop(ht, hk, hs, st[7])
+        if grp > 1 and i >= lam:  # an aggregator's event (tree aggregation has one bucket)
+            a = i - lam
+            if agg_state[a] == FORWARD:  # PSRun._forward: its message reaches every shard
+                done = 0.0
+                for s in range(S):
+                    arrive = _reserve(link_in, s, now, tx) + lat
+                    e = _reserve(queue, s, arrive, adraw[st[15]])
+                    st[15] += 1
+                    if s == 0 or e > done:
+                        done = e
+                delay = done - now
+                if delay < 0.0:
+                    delay = 0.0
+                agg_state[a] = PROCESSED_MANY
+                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+                st[8] += 1
+                continue
+            # PSRun._processed_many: the core's push of several gradients
+            fst[1] = now
+            fst[3] = now
+            for x in range(fwd_n[a]):
+                acc[st[6], 0] = agg_fwd[a, x, 1]
+                acc[st[6], 1] = agg_fwd[a, x, 2]
+                acc[st[6], 2] = mu
+                st[6] += 1
+                st[2] += 1
+            if st[6] >= c or st[2] == total:
+                _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
+                       in_grad, in_weight, in_stale)
+            for x in range(fwd_n[a]):  # who pulls next (no staleness bound with aggregators: covers())
+                if barrier == 1:
+                    waiting[st[14]] = agg_fwd[a, x, 0]
+                    st[14] += 1
+                else:
+                    pend[st[10] % lam] = agg_fwd[a, x, 0]
+                    st[10] += 1
+            if barrier == 1 and st[6] == 0:
+                _sort_prefix(waiting, st[14])
+                for w in range(st[14]):
+                    pend[st[10] % lam] = waiting[w]
+                    st[10] += 1
+                st[14] = 0
+            continue
         if i >= leave0:  # PSRun._leave_node: an earlier bucket left the node; it reaches every shard
             x = i - leave0
             _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
@@ -339,6 +394,20 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             epoch[r] = st[3] / N
             st[4] = n + 1
             st[13] = GRAD
+            if grp > 1:  # PSRun._send to the group's aggregator, which forwards when its group is in
+                a = i // grp
+                arrive = _reserve(agg_links, a, now, tx * S) + lat
+                agg_inflight[a] -= 1
+                x = agg_n[a]
+                agg_pend[a, x, 0] = i
+                agg_pend[a, x, 1] = n
+                agg_pend[a, x, 2] = j
+                agg_n[a] = x + 1
+                if arrive > agg_arrive[a]:
+                    agg_arrive[a] = arrive
+                _maybe_forward(a, now, grp, lam, total, st, agg_inflight, agg_arrive, agg_pend, agg_n, agg_fwd, fwd_n,
+                               agg_state, ht, hk, hs)
+                continue
             if g > 1:  # PSRun._push_shared: through the node's NIC out first
                 if B == 1:  # the whole gradient, its apply draws taken now
                     bdone[i] = 0.0
@@ -469,6 +538,27 @@ def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.nd
     _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, bmark[i, B - 1])
 
 
+def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.ndarray, agg_inflight: np.ndarray,
+                   agg_arrive: np.ndarray, agg_pend: np.ndarray, agg_n: np.ndarray, agg_fwd: np.ndarray,
+                   fwd_n: np.ndarray, agg_state: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
+    """PSRun._maybe_forward: aggregator a forwards its pending gradients as one message once
+    every member that can still send has sent, when they have all arrived (``at``)."""
+    n_p = agg_n[a]
+    members = min(grp, lam - a * grp)
+    if n_p > 0 and (n_p == members or (st[1] >= total and agg_inflight[a] == 0)):
+        for x in range(n_p):
+            agg_fwd[a, x, 0] = agg_pend[a, x, 0]
+            agg_fwd[a, x, 1] = agg_pend[a, x, 1]
+            agg_fwd[a, x, 2] = agg_pend[a, x, 2]
+        fwd_n[a] = n_p
+        agg_n[a] = 0
+        t = now if now > agg_arrive[a] else agg_arrive[a]  # max(agg_arrive, now)
+        delay = t - now
+        agg_state[a] = FORWARD
+        st[7] = _heap_push(ht, hk, hs, st[7], now + (delay if delay > 0 else 0.0), st[8], lam + a)
+        st[8] += 1
+
+
 def _leave_delay(node_links: np.ndarray, node: int, now: float, txn: float) -> float:
     """PSRun._deliver through a shared NIC: the delay until the message starts leaving the node."""
     leave = _reserve(node_links, node, now, txn) - txn
@@ -585,6 +675,7 @@ if numba is not None:
     _started = _jit(_started)
     _bucket_at_server = _jit(_bucket_at_server)
     _leave_delay = _jit(_leave_delay)
+    _maybe_forward = _jit(_maybe_forward)
     _marks = _jit(_marks)
     _start_buckets = _jit(_start_buckets)
     _heap_push = _jit(_heap_push)
@@ -662,7 +753,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     lat = net["latency_s"] + net["overhead_s"]
     nbytes = wl["param_count"] * net["bytes_per_param"]
     shard_bytes = nbytes / S
-    sizes = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])
+    grp = srv["group_size"]  # aggregators forward one message per group: not in buckets (PSRun)
+    sizes = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) if grp == 1 else [nbytes]
     produced = np.array(produced_shares(sizes, cl["compute"]["backward_fraction"], nbytes), dtype=np.float64)
     bshare = np.array([b / nbytes for b in sizes], dtype=np.float64)
     B = len(sizes)
@@ -686,7 +778,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
-                   max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"]], dtype=np.int64)
+                   max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"], grp], dtype=np.int64)
     fp = np.array([tx, lat, cad.every, scale_gap, scale_len, 0.0 if math.isinf(bw) else nbytes / bw])
     st = np.zeros(21, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
@@ -716,23 +808,26 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     _eval(st, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
     fifo = lambda: np.zeros((S, 5))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
-    slots = lam * (2 * B - 1) + 1  # a send-or-processed event per learner, two per earlier bucket
+    A = math.ceil(lam / grp) if grp > 1 else 0  # aggregators
+    slots = lam * (2 * B - 1) + A + 1  # a send-or-processed event per learner, two per earlier bucket, one per aggregator
     ht, hk, hs = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
     bapply, bdone, bmark = np.zeros((lam, S)), np.zeros(lam), np.zeros((lam, B))
     g = cl["gpus_per_node"]
     node_links = np.zeros((2 * (lam // g), 5))  # the nodes' NICs out, then in
+    aggs = (np.zeros((A, 5)), np.zeros(A, np.int64), np.zeros(A), np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64),
+            np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64), np.zeros(A, np.int64))
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
     batches, waiting = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64)
     done_clock = np.zeros(lam, np.int64)
     # learners per count, a ring: counts lie in slowest … slowest + bound + 1, and in 0 … total
     at_clock = np.zeros(min(core.bound, total) + 2 if core.bound >= 0 else 1, np.int64)
-    pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + 1, 3), np.int64)
+    pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + grp + 1, 3), np.int64)
     if core.bound >= 0:
         at_clock[0] = lam
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links,
+                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links, *aggs,
                          *cols)
         if status == DONE:
             break

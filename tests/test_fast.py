@@ -23,7 +23,7 @@ PROTOCOLS = ["hardsync", "softsync", "async", "ssp", "bounded_softsync"]
 def scenario(protocol: str, learners: int, n: int, bound: int, mb: int, dist: str, cv: float, frac: float,
              slow: float, rate: float, stall: float, lat: float, bw: float, shards: int, apply_s: float,
              apply_dist: str, evals: int, seed: int, epochs: float, bucket: int = 0, bf: float = 2 / 3,
-             g: int = 1) -> dict:
+             g: int = 1, group: int = 1) -> dict:
     return make_point(f"""
 seed = {seed}
 [workload]
@@ -53,6 +53,7 @@ bandwidth_Bps = {"inf" if math.isinf(bw) else bw}
 shards = {shards}
 apply_s = {apply_s}
 apply_distribution = "{apply_dist}"
+group_size = {group}
 [protocol]
 name = "{protocol}"
 n = {n}
@@ -71,14 +72,18 @@ bucket_bytes = {bucket}
        apply_dist=st.sampled_from(["deterministic", "exponential"]), evals=st.integers(1, 4),
        seed=st.integers(0, 10**6), epochs=st.sampled_from([0.3, 1.0]),
        bucket=st.sampled_from([0, 0, 8000, 20000]), bf=st.sampled_from([0.3, 2 / 3, 1.0]),
-       g=st.sampled_from([1, 1, 2, 4]))
+       g=st.sampled_from([1, 1, 2, 4]), group=st.sampled_from([1, 1, 2, 3]))
 def test_fast_engine_is_byte_identical_to_simpy(protocol, learners, n_frac, bound, mb, dist, cv, frac, slow, rate,
                                                 stall, lat, bw, shards, apply_s, apply_dist, evals, seed,
-                                                epochs, bucket, bf, g) -> None:
+                                                epochs, bucket, bf, g, group) -> None:
     learners = max(g, learners - learners % g)  # whole nodes
+    group = min(group, learners)                 # aggregators of at most every learner
     n = max(1, min(learners, round(n_frac * learners)))
     p = scenario(protocol, learners, n, bound, mb, dist, cv, frac, slow, rate, stall, lat, bw, shards, apply_s,
-                 apply_dist, evals, seed, epochs, bucket, bf, g)
+                 apply_dist, evals, seed, epochs, bucket, bf, g, group)
+    if group > 1 and protocol in ("ssp", "bounded_softsync"):  # aggregators under a staleness bound: SimPy only
+        assert covers(p) == "tree aggregation (group_size > 1) with a staleness bound"
+        return
     assert covers(p) is None  # (38,440 gradient bytes: 5 or 2 buckets, or one)
     ref, fast = simulate(p, "simpy"), simulate(p, "fast")
     assert T.encode(fast.trace) == T.encode(ref.trace)
@@ -92,7 +97,7 @@ def test_fast_engine_is_byte_identical_to_simpy(protocol, learners, n_frac, boun
 
 def test_auto_uses_the_fast_engine_only_where_it_covers_the_point() -> None:
     covered = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2)
-    grouped = make_point(protocol__name="async", cluster__learners=4, workload__epochs=0.2,
+    grouped = make_point(protocol__name="ssp", cluster__learners=4, workload__epochs=0.2,
                          cluster__server__group_size=2)
     gossip = make_point(protocol__name="adpsgd", cluster__learners=4, workload__epochs=0.2)
     assert covers(covered) is None

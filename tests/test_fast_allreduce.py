@@ -90,6 +90,6 @@ def test_auto_picks_the_fast_allreduce_engine_and_fast_refuses_what_no_fast_engi
     with patch.object(fast_allreduce, "simulate_allreduce_fast", wraps=fast_allreduce.simulate_allreduce_fast) as spy:
         simulate(p)  # auto
     assert spy.called
-    grouped = make_point('[cluster]\nlearners = 4\n[cluster.server]\ngroup_size = 2\n[protocol]\nname = "async"\n')
+    grouped = make_point('[cluster]\nlearners = 4\n[cluster.server]\ngroup_size = 2\n[protocol]\nname = "ssp"\n')
     with pytest.raises(ValueError, match="does not cover this point: tree aggregation"):
         simulate(grouped, "fast")
