@@ -96,11 +96,10 @@ class DrawStream:
     ``next()`` runs in C (a ``partial`` of ``next`` over a chain of the chunks' lists): no
     Python frame per draw, one per chunk."""
 
-    __slots__ = ("_fn", "_chunk", "next")
+    __slots__ = ("_fn", "next")
 
     def __init__(self, fn: Callable[[int], np.ndarray], chunk: int = CHUNK) -> None:
         self._fn = fn
-        self._chunk = chunk
         chunks = iter(lambda: fn(chunk).tolist(), None)  # never None: endless
         self.next: Callable[[], float] = partial(next, chain.from_iterable(chunks))
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from . import collectives
 from .compute import learner_clocks
-from .protocols import GLOBAL_SLICE, AVERAGE, EvalCadence, header_for
-from .protocols.gossip import iterations, run_figures
+from .protocols import GLOBAL_SLICE, AVERAGE, EvalCadence, sim_id
+from .protocols.gossip import iterations, run_figures, trace_header
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 BLOCK_VALUES = 1 << 20  # a block of rounds holds at most this many (rounds × nodes × buckets) values
@@ -130,8 +130,7 @@ def simulate_allreduce_fast(point: dict[str, Any], keep_trace: bool = True
     link = float(np.mean([util] * nodes))
     grads = n * K
     summary = run_figures(n, K, T, grads, K, compute_s, link, link, bytes_sent, messages, blocked_s, 0, 0)
-    sim_id = header_for(point, n, GLOBAL_SLICE)["run_id"]
-    return trace, summary, [(0, grads)], schedule, sim_id
+    return trace, summary, [(0, grads)], schedule, sim_id(point)
 
 
 def _trace(point: dict[str, Any], n: int, mu: int, spe: int, K: int, starts: np.ndarray, ready: np.ndarray,
@@ -192,6 +191,4 @@ def _trace(point: dict[str, Any], n: int, mu: int, spe: int, K: int, starts: np.
     t_eval = np.concatenate(([0.0], after[evals_after], [starts[K]] if final else []))
     ops["t_start"][e] = ops["t_end"][e] = t_eval
     ops["epoch"][e] = np.concatenate(([0.0], epoch_after[evals_after], [epoch_after[-1]] if final else []))
-    header = header_for(point, n, GLOBAL_SLICE)
-    header["iterations"] = K
-    return Trace(header, ops, inputs)
+    return Trace(trace_header(point, GLOBAL_SLICE), ops, inputs)

@@ -217,15 +217,8 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
             break
         if run.grow(status):
             continue
-        if status == NEED_RING:  # inboxes of iterations it … re-placed in rings twice as long
-            R = inb_c.shape[1]
-            c2, v2, t2 = np.zeros((n, 2 * R), np.int64), np.zeros((n, 2 * R, inb_v.shape[2]), np.int64), \
-                np.zeros((n, 2 * R, inb_v.shape[2]))
-            for j in range(n):
-                for k in range(it[j], it[j] + R):
-                    c2[j, k % (2 * R)], v2[j, k % (2 * R)], t2[j, k % (2 * R)] = \
-                        inb_c[j, k % R], inb_v[j, k % R], inb_t[j, k % R]
-            inb_c, inb_v, inb_t = c2, v2, t2
+        if status == NEED_RING:  # the inboxes of iterations it …
+            inb_c, inb_v, inb_t = (fast_nodes.doubled_ring(a, it) for a in (inb_c, inb_v, inb_t))
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast D-PSGD engine: unknown status {status}")
     return run.result(keep_trace)

@@ -22,10 +22,10 @@ import numpy as np
 
 from .compute import CHUNK, learner_clocks
 from .fast_ps import STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, numba, stall_state
-from .protocols import AVERAGE, SHARD, EvalCadence, header_for
-from .protocols.gossip import run_figures
+from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
+from .protocols.gossip import run_figures, trace_header
 from .stats import histogram
-from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
+from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns, eval_schedule
 
 ENTER, DELIVER = 0, 1                 # message states
 DONE, NEED_WORK, NEED_POOL, NEED_STALL = 0, 1, 2, 3  # kernel status codes every kernel shares (theirs follow)
@@ -236,6 +236,17 @@ if numba is not None:
 # ---------------------------------------------------------------------------------------------
 # the Python side
 
+def doubled_ring(ring: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """A per-node ring of iterations (axis 1, entry k at k mod R) twice as long: node j's entries
+    for iterations ``first[j]`` … ``first[j] + R − 1`` re-placed at k mod 2R."""
+    R = ring.shape[1]
+    bigger = np.zeros((ring.shape[0], 2 * R) + ring.shape[2:], ring.dtype)
+    for j in range(ring.shape[0]):
+        for k in range(int(first[j]), int(first[j]) + R):
+            bigger[j, k % (2 * R)] = ring[j, k % R]
+    return bigger
+
+
 class Pool:
     """The message pool, its free stack and the event heap (n compute slots + the messages)."""
 
@@ -355,14 +366,12 @@ def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links
         st[0] += 1
     n_ops = int(st[0])
     ops = {k: v[:n_ops] for k, v in ops.items()}
-    header = header_for(point, n, layout)
-    header["iterations"] = K
-    trace = Trace(header, ops, {k: v[:int(st[1])] for k, v in inputs.items()}) if keep_trace else None
-    ev = ops["kind"] == EVAL
-    schedule = list(zip(ops["t_end"][ev].tolist(), ops["epoch"][ev].tolist()))
+    trace = Trace(trace_header(point, layout), ops, {k: v[:int(st[1])] for k, v in inputs.items()}) \
+        if keep_trace else None
+    schedule = eval_schedule(ops)
     hist = histogram(inputs["staleness"][:int(st[1])])
     nodes = n // g
     util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
     summary = run_figures(n, K, T, int(st[5]), int(st[6]), float(fst[1]), util(links[nodes:2 * nodes]),
                           util(links[:nodes]), float(fst[3]), int(st[7]), float(fst[2]), int(st[8]), int(st[9]))
-    return trace, summary, hist, schedule, header["run_id"]
+    return trace, summary, hist, schedule, sim_id(point)

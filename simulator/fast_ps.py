@@ -35,7 +35,7 @@ import numpy as np
 from . import seeds
 from .collectives import bucket_sizes, produced_shares
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
-from .protocols import EvalCadence, PSCore, header_for, is_ps
+from .protocols import EvalCadence, PSCore, header_for, is_ps, sim_id
 from .protocols.catalog import spec_of
 from .stats import histogram, merge_histograms
 from .trace import APPLY, EVAL, GRAD, Trace, blank_columns, eval_schedule
@@ -308,14 +308,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         if grp > 1 and i >= lam:  # an aggregator's event (tree aggregation has one bucket)
             a = i - lam
             if agg_state[a] == FORWARD:  # PSRun._forward: its message reaches every shard
-                done = 0.0
-                for s in range(S):
-                    arrive = _reserve(link_in, s, now, tx) + lat
-                    e = _reserve(queue, s, arrive, adraw[st[15]])
-                    st[15] += 1
-                    if s == 0 or e > done:
-                        done = e
-                delay = done - now
+                delay = _push(st, now, tx, lat, S, link_in, queue, adraw) - now
                 if delay < 0.0:
                     delay = 0.0
                 agg_state[a] = PROCESSED_MANY
@@ -342,11 +335,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                     pend[st[10] % lam] = agg_fwd[a, x, 0]
                     st[10] += 1
             if barrier == 1 and st[6] == 0:
-                _sort_prefix(waiting, st[14])
-                for w in range(st[14]):
-                    pend[st[10] % lam] = waiting[w]
-                    st[10] += 1
-                st[14] = 0
+                _release_waiting(waiting, st[14], pend, st)
             continue
         if i >= leave0:  # PSRun._leave_node: an earlier bucket left the node; it reaches every shard
             x = i - leave0
@@ -424,15 +413,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
                 if done < bdone[i]:
                     done = bdone[i]
-            else:  # _push: every shard's NIC in, then its apply queue
-                done = 0.0
-                for s in range(S):
-                    arrive = _reserve(link_in, s, now, tx) + lat
-                    a = adraw[st[15]]
-                    st[15] += 1
-                    e = _reserve(queue, s, arrive, a)
-                    if s == 0 or e > done:
-                        done = e
+            else:
+                done = _push(st, now, tx, lat, S, link_in, queue, adraw)
             delay = done - now
             if delay < 0.0:
                 delay = 0.0
@@ -466,11 +448,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             waiting[st[14]] = i
             st[14] += 1
             if st[6] == 0:
-                _sort_prefix(waiting, st[14])
-                for w in range(st[14]):
-                    pend[st[10] % lam] = waiting[w]
-                    st[10] += 1
-                st[14] = 0
+                _release_waiting(waiting, st[14], pend, st)
         elif bound >= 0:
             # SSP: a learner waits while its count exceeds the slowest's by more than the bound;
             # every waiting learner has the same count (the slowest + bound + 1 of when it began
@@ -482,12 +460,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 # the slowest moved; i, which began its gradient within the old limit, is
                 # within the new one too: it goes with them
                 waiting[n] = i
-                n += 1
-                _sort_prefix(waiting, n)
-                for w in range(n):
-                    pend[st[10] % lam] = waiting[w]
-                    st[10] += 1
-                st[14] = 0
+                _release_waiting(waiting, n + 1, pend, st)
             elif done_clock[i] <= limit:
                 pend[st[10] % lam] = i
                 st[10] += 1
@@ -536,6 +509,30 @@ def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.nd
         st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
         st[8] += 1
     _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, bmark[i, B - 1])
+
+
+def _push(st: np.ndarray, now: float, tx: float, lat: float, S: int, link_in: np.ndarray, queue: np.ndarray,
+          adraw: np.ndarray) -> float:
+    """PSRun._push: a message sent now reaches every shard (its NIC in, then its apply queue, one
+    apply draw each); when the last shard is done with it."""
+    done = 0.0
+    for s in range(S):
+        arrive = _reserve(link_in, s, now, tx) + lat
+        e = _reserve(queue, s, arrive, adraw[st[15]])
+        st[15] += 1
+        if s == 0 or e > done:
+            done = e
+    return done
+
+
+def _release_waiting(waiting: np.ndarray, n: int, pend: np.ndarray, st: np.ndarray) -> None:
+    """The n waiting learners pull now, in index order (appended to the pending ring)."""
+    _sort_prefix(waiting, n)
+    lam = pend.shape[0]
+    for w in range(n):
+        pend[st[10] % lam] = waiting[w]
+        st[10] += 1
+    st[14] = 0
 
 
 def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.ndarray, agg_inflight: np.ndarray,
@@ -676,11 +673,13 @@ if numba is not None:
     _bucket_at_server = _jit(_bucket_at_server)
     _leave_delay = _jit(_leave_delay)
     _maybe_forward = _jit(_maybe_forward)
+    _push = _jit(_push)
     _marks = _jit(_marks)
     _start_buckets = _jit(_start_buckets)
     _heap_push = _jit(_heap_push)
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
+    _release_waiting = _jit(_release_waiting)
     _eval = _jit(_eval)
     _apply = _jit(_apply)
     _kernel = _jit(_kernel)
@@ -734,9 +733,9 @@ FLUSH_OPS = 1 << 20  # summary-only runs keep this many trace rows at a time
 
 
 def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
-                     ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]]]:
+                     ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
     """The SimPy engine's ``(trace, summary)`` for a covered point (:func:`covers`), fast, with
-    the staleness histogram and the evaluation schedule (simulated time, epoch).
+    the staleness histogram, the evaluation schedule (simulated time, epoch) and the simulation's id.
 
     ``keep_trace=False``: the trace is not kept (None); its rows pass through buffers of
     ``FLUSH_OPS`` and are folded into the histogram and the schedule, and the draws are
@@ -874,4 +873,4 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         "link_out_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_out])),
         "compute_utilization": float(fst[2]) / (lam * T) if T > 0 else 0.0,
     }
-    return trace, summary, hist, evals
+    return trace, summary, hist, evals, sim_id(point)

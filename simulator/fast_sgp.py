@@ -243,13 +243,8 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
             continue
         if status == NEED_HELD:
             held = np.concatenate([held, np.zeros_like(held)], axis=1)
-        elif status == NEED_RING:  # counts of iterations complete+1 … re-placed in a ring twice as long
-            R = arrived.shape[1]
-            bigger = np.zeros((n, 2 * R), np.int64)
-            for j in range(n):
-                for c in range(complete[j] + 1, complete[j] + 1 + R):
-                    bigger[j, c % (2 * R)] = arrived[j, c % R]
-            arrived = bigger
+        elif status == NEED_RING:  # the arrival counts of iterations complete + 1 …
+            arrived = fast_nodes.doubled_ring(arrived, complete + 1)
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast SGP engine: unknown status {status}")
     return run.result(keep_trace)

@@ -69,8 +69,8 @@ from simpy.core import NORMAL
 from . import collectives, mixing, seeds, topology
 from .compute import learner_clocks
 from .events import Wake
-from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder, header_for
-from .protocols.gossip import run_figures
+from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder
+from .protocols.gossip import run_figures, trace_header
 from .resources import FifoServer
 from .trace import Trace, TraceBuilder
 
@@ -528,6 +528,4 @@ def simulate_gossip(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:
     name = point["protocol"]["name"]
     engine = ENGINES[name](point)
     builder = engine.run()
-    header = header_for(point, engine.n, engine.layout)
-    header["iterations"] = engine.K
-    return builder.build(header), engine.stats()
+    return builder.build(trace_header(point, engine.layout)), engine.stats()

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from . import fast_adpsgd, fast_allreduce, fast_dpsgd, fast_ps, fast_sgp
 from .gossip import simulate_gossip
-from .protocols import PSCore, header_for, is_ps
+from .protocols import header_for, is_ps
 from .ps import PSRun
 from .stats import histogram, stats_from_histogram
 from .trace import Trace, eval_schedule
@@ -38,21 +38,18 @@ ENGINES = ("auto", "simpy", "fast")
 FastEngine = Callable[[dict[str, Any], bool], tuple[Any, ...]]
 
 
-GOSSIP_FAST = {"sgp": (fast_sgp, fast_sgp.simulate_sgp_fast), "dpsgd": (fast_dpsgd, fast_dpsgd.simulate_dpsgd_fast),
-               "adpsgd": (fast_adpsgd, fast_adpsgd.simulate_adpsgd_fast)}
+FAST = {  # protocol → (what the fast engine covers, the engine); the parameter-server family shares one
+    "allreduce": (fast_allreduce.covers, fast_allreduce.simulate_allreduce_fast),
+    "sgp": (fast_sgp.covers, fast_sgp.simulate_sgp_fast),
+    "dpsgd": (fast_dpsgd.covers, fast_dpsgd.simulate_dpsgd_fast),
+    "adpsgd": (fast_adpsgd.covers, fast_adpsgd.simulate_adpsgd_fast),
+}
 
 
 def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     """The fast engine that simulates ``point`` exactly, or None and why there is none."""
-    if is_ps(point):
-        reason = fast_ps.covers(point)
-        return (fast_ps.simulate_ps_fast if reason is None else None), reason
-    name = point["protocol"]["name"]
-    if name == "allreduce":
-        reason = fast_allreduce.covers(point)
-        return (fast_allreduce.simulate_allreduce_fast if reason is None else None), reason
-    module, engine = GOSSIP_FAST[name]
-    reason = module.covers(point)
+    covers, engine = (fast_ps.covers, fast_ps.simulate_ps_fast) if is_ps(point) else FAST[point["protocol"]["name"]]
+    reason = covers(point)
     return (engine if reason is None else None), reason
 
 
@@ -70,10 +67,7 @@ def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = Tru
     fast, reason = fast_engine(point) if engine != "simpy" else (None, "simpy requested")
     if engine == "fast" and fast is None:
         raise ValueError(f"engine 'fast' does not cover this point: {reason} (use --engine auto or simpy)")
-    if fast is fast_ps.simulate_ps_fast:
-        trace, summary, hist, evals = fast_ps.simulate_ps_fast(point, keep_trace)
-        sim_id = header_for(point, 1, PSCore(point).layout)["run_id"]
-    elif fast is not None:
+    if fast is not None:
         trace, summary, hist, evals, sim_id = fast(point, keep_trace)
     else:
         trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)

@@ -4,13 +4,13 @@ traces and equal summaries on a property-based grid of scenarios."""
 from __future__ import annotations
 
 import math
-from unittest.mock import patch
+from unittest.mock import MagicMock, patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddlsim.simulator import fast_allreduce
+from ddlsim.simulator import fast_allreduce, run
 from ddlsim.simulator import trace as T
 from ddlsim.simulator.run import fast_engine, simulate
 from tests.conftest import make_point
@@ -87,7 +87,8 @@ def test_fast_allreduce_is_byte_identical_to_simpy(nodes, g, mb, epochs, evals, 
 def test_auto_picks_the_fast_allreduce_engine_and_fast_refuses_what_no_fast_engine_covers() -> None:
     p = scenario(4, 2, 8, 1.0, 2, 0, "lognormal", 0.3, 0.0, 1.0, 0.0, 0.0, 5e-5, 1.25e9, 0.0, 3e-6, 1.5e11, 0.0,
                  2 / 3, 100_000, "ring")
-    with patch.object(fast_allreduce, "simulate_allreduce_fast", wraps=fast_allreduce.simulate_allreduce_fast) as spy:
+    spy = MagicMock(wraps=fast_allreduce.simulate_allreduce_fast)
+    with patch.dict(run.FAST, {"allreduce": (fast_allreduce.covers, spy)}):
         simulate(p)  # auto
     assert spy.called
     grouped = make_point('[cluster]\nlearners = 4\n[cluster.server]\ngroup_size = 2\n[protocol]\nname = "ssp"\n')

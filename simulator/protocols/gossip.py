@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from ..dataorder import ShardLayout, global_slice_start
 from ..trace import EVAL, TraceBuilder
 from .cadence import EvalCadence
+from .header import header_for
 
 AVERAGE = -1  # eval node (and version) meaning "the average of the nodes' latest states"
 
@@ -35,6 +36,13 @@ def iterations(point: dict[str, Any]) -> int:
     """Iterations per node: enough for the epochs at N·μ samples per iteration."""
     n, mu = point["cluster"]["learners"], point["cluster"]["minibatch"]
     return max(1, math.ceil(point["workload"]["epochs"] * point["workload"]["samples_per_epoch"] / (n * mu)))
+
+
+def trace_header(point: dict[str, Any], layout: str) -> dict[str, Any]:
+    """A decentralized run's trace header: the point's, with its nodes and iterations per node."""
+    header = header_for(point, point["cluster"]["learners"], layout)
+    header["iterations"] = iterations(point)
+    return header
 
 
 def run_figures(n: int, K: int, T: float, grads: int, applies: int, compute_s: float, link_in: float,
