@@ -10,7 +10,11 @@ with the trace built, on each engine.
 ``sgp-resnet50-infiniband`` for 90 epochs (AR-SGD, D-PSGD blocking and overlapped, SGP,
 and SGP with overlap τ = 1) and print the Markdown tables of docs/decentralized.md.
 
-Run: ``python benchmarks/simulator_gossip.py [--quick] [--repeats R] [--table]``.
+``--big``: the memory check of summary-only runs: SGP and D-PSGD on 32 nodes for 900 epochs
+(about 18M trace ops), each in a child process with and without the trace kept, their wall
+time and peak resident memory (``resource.getrusage``).
+
+Run: ``python benchmarks/simulator_gossip.py [--quick] [--repeats R] [--table] [--big]``.
 """
 
 from __future__ import annotations
@@ -87,14 +91,43 @@ def table() -> None:
             print(f"| {label} | {name} | " + " | ".join(f"{x:.3f}" for x in its) + " |", flush=True)
 
 
+def peak(protocol: str, epochs: float, keep: bool) -> str:
+    """One fast run in a child process: its wall time and peak resident memory (this machine)."""
+    import resource
+    import subprocess
+    import sys
+
+    code = (f"from benchmarks_gossip import scenario_point; from ddlsim.simulator.run import simulate; "
+            f"p = scenario_point('sgp-resnet50-10gbe', 'protocol.name=\"{protocol}\"', 'workload.epochs={epochs}'); "
+            f"r = simulate(p, 'fast', keep_trace={keep}); print(r.summary['gradients'])")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code.replace("benchmarks_gossip", Path(__file__).stem)],
+                         cwd=Path(__file__).parent, capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest child so far (GiB)
+    return f"{int(out):,} node-iterations, {wall:.1f} s wall, peak RSS of the children so far {rss:.2f} GiB"
+
+
+def big() -> None:
+    """Summary-only runs first (their peak RSS is then theirs alone), then with the trace."""
+    for keep in (False, True):
+        for protocol in ("sgp", "dpsgd"):
+            print(f"{protocol} N=32, 900 epochs, fast engine, trace {'kept' if keep else 'not kept'}: "
+                  f"{peak(protocol, 900.0, keep)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the work, no 90-epoch run")
     ap.add_argument("--table", action="store_true", help="print the 32-node table of docs/decentralized.md")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--big", action="store_true", help="only the 900-epoch memory check (≈ 1 min)")
     args = ap.parse_args()
     if args.table:
         table()
+        return
+    if args.big:
+        big()
         return
     for protocol in ("sgp", "dpsgd", "allreduce"):
         paired(protocol, 1.0 if args.quick else 9.0, args.repeats)

@@ -111,7 +111,7 @@ class LearnerClock:
     end, given the learner's stall intervals (Poisson arrivals, exponential lengths).
     """
 
-    __slots__ = ("draws", "_stall_rate", "_stall_mean", "_rng", "_s", "_e")
+    __slots__ = ("draws", "stall_free", "_stall_rate", "_stall_mean", "_rng", "_s", "_e")
 
     def __init__(self, draws: DrawStream, stall_rate: float, stall_mean: float,
                  rng: np.random.Generator) -> None:
@@ -121,6 +121,7 @@ class LearnerClock:
         if stall_rate > 0 and stall_mean > 0:
             self._s = float(rng.exponential(1 / stall_rate))
             self._e = self._s + float(rng.exponential(stall_mean))
+        self.stall_free = self._s == math.inf  # finish(start, work) is start + work
 
     def _advance(self) -> None:
         self._s += float(self._rng.exponential(1 / self._stall_rate))

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, seeds, topology
-from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row, mix_row,
-                         queue_begin, release, send, start_compute)
+from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter, grad_row,
+                         mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -83,6 +83,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[13] += 1
         if st[2] == 0:
             return DONE
+        if rows_short(st, cols, 4):  # an event writes ≤ 3 ops
+            return NEED_ROWS
         slot = hs[0]
         now = ht[0]
         st[2] = _heap_pop(ht, hk, hs, st[2])
@@ -151,7 +153,7 @@ def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     c_idx = np.array([j for c in cands for j in c], np.int64)
     active = int((c_ptr[1:] > c_ptr[:-1]).sum())
 
-    run = fast_nodes.Run(point, K, _initial_pool(n), 1 + 2 * n * K + 2 * active * K)
+    run = fast_nodes.Run(point, K, _initial_pool(n), 1 + 2 * n * K + 2 * active * K, 4, keep_trace)
     it, version, gop, read = (np.zeros(n, np.int64) for _ in range(4))
     computed, averaged, ev_k, ev_v = (np.zeros(n, np.int64) for _ in range(4))
     t_start, t_ready = np.zeros(n), np.zeros(n)

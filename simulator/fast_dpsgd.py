@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, mixing, topology
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row,
-                         mix_row, queue_begin, release, send, start_compute)
+from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
+                         grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
-NEED_RING = 4  # this kernel's own status code
+NEED_RING = 5  # this kernel's own status code
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -56,7 +56,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
     [i, k % R, p] the version and send time of neighbour p's state.
     """
     n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    blocking, phases = gp[0], gp[1]
+    blocking, phases, margin = gp[0], gp[1], gp[2]
     every = fp[4]
     R = inb_c.shape[1]
     while True:
@@ -88,6 +88,8 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             st[13] += 1
         if st[2] == 0:
             return DONE
+        if rows_short(st, cols, margin):  # an event writes ≤ 3 + degree ops
+            return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: blocking gossip sends the stepped state now
             ph = ev_k[slot] % phases
@@ -201,8 +203,9 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     sends = int(per_phase.sum()) * (K // phases) + int(per_phase[:K % phases].sum())
 
     ring, size = _initial_sizes(n, degree)
-    run = fast_nodes.Run(point, K, size, 1 + 2 * n * K + sends)
-    gp = np.array([1 if proto["overlap"] == 0 else 0, phases], np.int64)
+    margin = 4 + degree
+    run = fast_nodes.Run(point, K, size, 1 + 2 * n * K + sends, margin, keep_trace)
+    gp = np.array([1 if proto["overlap"] == 0 else 0, phases, margin], np.int64)
     it, version, gop = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     computed, ev_k, ev_v = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
     t_start, t_ready = np.zeros(n), np.zeros(n)

@@ -21,14 +21,15 @@ from typing import Any
 import numpy as np
 
 from .compute import CHUNK, learner_clocks
-from .fast_ps import STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, numba, stall_state
+from .fast_ps import (FLUSH_OPS, STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, doubled_columns,
+                      fold_rows, numba, stall_state)
 from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
 from .protocols.gossip import run_figures, trace_header
-from .stats import histogram
+from .stats import histogram, merge_histograms
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns, eval_schedule
 
 ENTER, DELIVER = 0, 1                 # message states
-DONE, NEED_WORK, NEED_POOL, NEED_STALL = 0, 1, 2, 3  # kernel status codes every kernel shares (theirs follow)
+DONE, NEED_WORK, NEED_POOL, NEED_STALL, NEED_ROWS = 0, 1, 2, 3, 4  # status codes every kernel shares (theirs follow)
 
 
 def covers(point: dict[str, Any], protocol: str) -> str | None:
@@ -214,6 +215,12 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
     return True
 
 
+def rows_short(st: np.ndarray, cols: tuple, margin: int) -> bool:
+    """Before an event: True when the trace buffers may lack room for what it writes (at most
+    ``margin`` − 1 ops and one input, the run's final eval kept in reserve)."""
+    return st[0] + margin > cols[0].shape[0] or st[1] + 2 > cols[15].shape[0]
+
+
 def release(st: np.ndarray, m: int, free: np.ndarray) -> None:
     """Message m's slot goes back to the pool."""
     free[st[12]] = m
@@ -231,6 +238,7 @@ if numba is not None:
     queue_begin = _jit(queue_begin)
     start_compute = _jit(start_compute)
     draws_short = _jit(draws_short)
+    rows_short = _jit(rows_short)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,10 +286,17 @@ class Run:
     """The Python side of one decentralized fast run: the kernel's parameters and state
     (:func:`kernel_params`), the links, the nodes' draw buffers (each node's own seeded
     stream), the pending begins (every node begins at t = 0), the message pool and the trace
-    columns (``rows``: the run's ops but the evals, which are added)."""
+    columns (``rows``: the run's ops but the evals, which are added; ``margin``: the most ops
+    one event writes, plus one).
 
-    def __init__(self, point: dict[str, Any], K: int, pool_size: int, rows: int) -> None:
-        self.point, self.K = point, K
+    With ``keep_trace`` the columns hold the whole run (grown if the kernel asks, NEED_ROWS);
+    without, they hold at most ``FLUSH_OPS`` rows, which are folded into the staleness
+    histogram and the evaluation schedule when the kernel asks for room, and reused: memory
+    does not grow with the run."""
+
+    def __init__(self, point: dict[str, Any], K: int, pool_size: int, rows: int, margin: int,
+                 keep_trace: bool = True) -> None:
+        self.point, self.K, self.keep = point, K, keep_trace
         n = self.n = point["cluster"]["learners"]
         self.ip, self.fp, self.st, self.fst, link_rows = kernel_params(point, K)
         self.links = np.zeros((link_rows, 5))
@@ -296,8 +311,14 @@ class Run:
         self.pool = Pool(n, pool_size)
         self.st[12] = pool_size
         evals = min(n * K, int(K * n * point["cluster"]["minibatch"] / self.fp[4])) + 3  # ≤ one per apply
-        self.ops, self.inputs, self.cols = trace_columns(rows + evals, n * K)
+        n_ops, n_inputs = rows + evals + margin, n * K + 2
+        if not keep_trace:
+            n_ops, n_inputs = min(n_ops, max(FLUSH_OPS, 2 * margin)), min(n_inputs, FLUSH_OPS)
+        self.ops, self.inputs = trace_columns(n_ops, n_inputs)
+        self.cols = columns_tuple(self.ops, self.inputs)
         self.st[0], self.st[11] = 1, EVAL
+        self.hist: list[tuple[int, int]] = []      # folded rows (summary-only)
+        self.evals: list[tuple[float, float]] = []
 
     def head(self) -> tuple:
         """The kernel's leading arguments: ip, fp, st, fst, the draw buffers, the stalls."""
@@ -314,14 +335,34 @@ class Run:
             self.pool.grow(self.st)
         elif status == NEED_STALL:
             self.stall_draws.grow_row(x, self.clocks[x]._rng.standard_exponential(4 * CHUNK))
+        elif status == NEED_ROWS:
+            self._rows()
         else:
             return False
         return True
 
+    def _rows(self) -> None:
+        """Room for the next event's rows: twice the columns (trace kept, or nothing left to
+        fold), or the rows so far folded into the histogram and the schedule and the columns
+        blank again from row 0 (the rows' numbers are only written, never read back: a grad
+        op's number in its apply)."""
+        n_ops, n_in = int(self.st[0]), int(self.st[1])
+        if self.keep or n_ops == n_in == 0:
+            self.ops, self.inputs = doubled_columns(self.ops, self.inputs)
+            self.cols = columns_tuple(self.ops, self.inputs)
+            return
+        self.hist = fold_rows(self.hist, self.evals, self.ops, self.inputs, n_ops, n_in)
+        blank_ops, blank_in = blank_columns(1, 1)
+        for table, blank, used in ((self.ops, blank_ops, n_ops), (self.inputs, blank_in, n_in)):
+            for k, v in table.items():
+                v[:used] = blank[k][0]
+        self.st[0] = self.st[1] = 0
+
     def result(self, keep_trace: bool) -> tuple[Any, dict[str, Any], list[tuple[int, int]],
                                                 list[tuple[float, float]], str]:
         """What a fast engine returns: :func:`finish` of this run."""
-        return finish(self.point, self.K, self.st, self.fst, self.links, self.ops, self.inputs, keep_trace, SHARD)
+        return finish(self.point, self.K, self.st, self.fst, self.links, self.ops, self.inputs,
+                      keep_trace and self.keep, SHARD, self.hist, self.evals)
 
 
 def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -343,18 +384,25 @@ def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray
     return ip, fp, st, fst, 2 * (n // g) + (2 * n if g > 1 else 0)
 
 
-def trace_columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], tuple]:
-    """Blank columns and the kernel's tuple of them; row 0 is the run's first eval (GossipRecorder.begin)."""
+def trace_columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Blank columns; row 0 is the run's first eval (GossipRecorder.begin)."""
     ops, inputs = blank_columns(n_ops, n_inputs)
-    tables = {"ops": ops, "inputs": inputs}
     ops["kind"][0], ops["node"][0], ops["version"][0] = EVAL, AVERAGE, AVERAGE
-    return ops, inputs, tuple(tables[t][c] for t, c in COLUMNS)
+    return ops, inputs
+
+
+def columns_tuple(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> tuple:
+    """The kernel's tuple of the columns, in :data:`COLUMNS` order."""
+    tables = {"ops": ops, "inputs": inputs}
+    return tuple(tables[t][c] for t, c in COLUMNS)
 
 
 def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links: np.ndarray,
-           ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], keep_trace: bool, layout: str
+           ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], keep_trace: bool, layout: str,
+           folded_hist: list[tuple[int, int]] | None = None, folded_evals: list[tuple[float, float]] | None = None
            ) -> tuple[Any, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
-    """GossipRecorder.finish (the final eval) and GossipRun.stats: what the fast engines return."""
+    """GossipRecorder.finish (the final eval) and GossipRun.stats: what the fast engines return
+    (``folded_*``: the histogram and schedule of rows already folded away, summary-only runs)."""
     cl, spe = point["cluster"], point["workload"]["samples_per_epoch"]
     n, g = cl["learners"], cl["gpus_per_node"]
     T = float(fst[4])
@@ -368,8 +416,8 @@ def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links
     ops = {k: v[:n_ops] for k, v in ops.items()}
     trace = Trace(trace_header(point, layout), ops, {k: v[:int(st[1])] for k, v in inputs.items()}) \
         if keep_trace else None
-    schedule = eval_schedule(ops)
-    hist = histogram(inputs["staleness"][:int(st[1])])
+    schedule = (folded_evals or []) + eval_schedule(ops)
+    hist = merge_histograms(folded_hist or [], histogram(inputs["staleness"][:int(st[1])]))
     nodes = n // g
     util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
     summary = run_figures(n, K, T, int(st[5]), int(st[6]), float(fst[1]), util(links[nodes:2 * nodes]),

@@ -732,6 +732,22 @@ def stall_state(point: dict[str, Any], clocks: list) -> tuple[np.ndarray, _Buffe
 FLUSH_OPS = 1 << 20  # summary-only runs keep this many trace rows at a time
 
 
+def fold_rows(hist: list[tuple[int, int]], evals: list[tuple[float, float]], ops: dict[str, np.ndarray],
+              inputs: dict[str, np.ndarray], n_ops: int, n_in: int) -> list[tuple[int, int]]:
+    """A summary-only run's first ``n_ops`` ops and ``n_in`` inputs folded away: their evals
+    appended to ``evals``; the histogram with their staleness added."""
+    evals.extend(eval_schedule(ops, n_ops))
+    return merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
+
+
+def doubled_columns(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The columns followed by as many blank rows (a kept trace longer than its estimate)."""
+    more_ops, more_in = blank_columns(len(ops["kind"]), len(inputs["grad_op"]))
+    return ({k: np.concatenate([v, more_ops[k]]) for k, v in ops.items()},
+            {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()})
+
+
 def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
                      ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
     """The SimPy engine's ``(trace, summary)`` for a covered point (:func:`covers`), fast, with
@@ -793,9 +809,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     def flush() -> None:
         """Fold the buffered rows into the histogram and the schedule; start the buffers over."""
         nonlocal hist
-        n_ops, n_in = int(st[4] - st[16]), int(st[5] - st[17])
-        hist = merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
-        evals.extend(eval_schedule(ops, n_ops))
+        hist = fold_rows(hist, evals, ops, inputs, int(st[4] - st[16]), int(st[5] - st[17]))
         st[16], st[17] = st[4], st[5]
 
     def cols_of(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> tuple:
@@ -840,9 +854,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
             st[15] = 0
         elif status == NEED_FLUSH:
             if keep_trace:  # more room (the estimate of the trace's length was short)
-                more_ops, more_in = blank_columns(len(ops["kind"]), len(inputs["grad_op"]))
-                ops = {k: np.concatenate([v, more_ops[k]]) for k, v in ops.items()}
-                inputs = {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()}
+                ops, inputs = doubled_columns(ops, inputs)
                 cols = cols_of(ops, inputs)
             else:
                 flush()

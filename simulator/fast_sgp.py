@@ -25,7 +25,8 @@ Storage: events and messages live in arrays (a message pool with a free list); a
 held messages, its count of arrived messages per iteration (a ring) and the draw buffers are
 grown by the Python side when the kernel asks (a status code), so the kernel stops before it
 changes anything and resumes where it stopped. The trace's length is known in advance
-(3 rows per node-iteration, one mix per message, the evals), so its columns are allocated once.
+(3 rows per node-iteration, one mix per message, the evals), so its columns are allocated once;
+without the trace they hold a bounded number of rows, folded away when full (:class:`.fast_nodes.Run`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes, mixing, topology
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_STALL, apply_row, draws_short, enter, grad_row,
-                         mix_row, queue_begin, release, send, start_compute)
+from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
+                         grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_ps import _heap_pop, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
-NEED_HELD, NEED_RING = 4, 5  # this kernel's own status codes
+NEED_HELD, NEED_RING = 5, 6  # this kernel's own status codes
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -85,6 +86,8 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             st[13] += 1
         if st[2] == 0:
             return DONE
+        if rows_short(st, cols, 5 + H):  # a compute writes ≤ 4 + its held messages
+            return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: room for its messages first
             ph = ev_k[slot] % phases
@@ -224,7 +227,7 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
     sends = int(per_phase.sum()) * (K // phases) + int(per_phase[:K % phases].sum())
 
     held_w, ring, size = _initial_sizes(n, tau, int(indeg.max()))
-    run = fast_nodes.Run(point, K, size, 1 + 3 * n * K + sends)
+    run = fast_nodes.Run(point, K, size, 1 + 3 * n * K + sends, 5 + held_w, keep_trace)
     gp = np.array([tau, phases], np.int64)
     it, version, complete = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     blocked_at, done = np.full(n, -1, np.int64), np.zeros(n, np.int64)

@@ -15,13 +15,16 @@ Engine. Links and queues are :class:`~.resources.FifoServer` reservations; the e
 loop carries two events per gradient (the push leaving the learner, the server finishing
 it) and creates no process or Resource per message. Each event carries its own time,
 computed as SimPy computes it (``now + delay``), so a callback knows "now" without asking
-the environment.
+the environment. Those two events are the learner's own :class:`~.events.Wake`, re-armed
+and pushed straight onto SimPy's heap (:func:`~.events.event_queue`); buckets, shared
+NICs and aggregators add events of their own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from heapq import heappush
+from typing import Any
 
 import numpy as np
 import simpy
@@ -30,7 +33,7 @@ from simpy.core import NORMAL
 from . import seeds
 from .collectives import bucket_sizes, produced_shares
 from .compute import DrawStream, learner_clocks, sampler
-from .events import Wake, at
+from .events import Wake, at, event_queue
 from .protocols.ps import PSCore
 from .resources import FifoServer
 from .trace import TraceBuilder
@@ -43,6 +46,7 @@ class PSRun:
         self.point = point
         self.core = core = PSCore(point)
         self.tb = core.tb
+        self._assign, self._gradient, self._push_one = core.assign, core.gradient, core.push_one  # (bound once)
         cl, wl = point["cluster"], point["workload"]
         self.lam = lam = core.lam
         self.mu = core.mu
@@ -65,14 +69,16 @@ class PSRun:
         self.bucket_share = [b / nbytes for b in sizes]
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
-        # a learner's own gradient goes straight to the server (not in buckets, nor through a shared NIC)
-        self.plain = not (self.produced or self.g > 1)
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
         self.link_out = [FifoServer(f"server{s}.out") for s in range(self.S)]
         self.queue = [FifoServer(f"server{s}.apply") for s in range(self.S)]
         rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY]))
         self.apply_draw = DrawStream(sampler(srv["apply_distribution"], srv["apply_s"], 0.0, rng))
         self.group = srv["group_size"]
+        # a learner's gradient goes straight to the server (not in buckets, nor through a shared
+        # NIC or an aggregator)
+        self.plain = not (self.produced or self.g > 1 or self.group > 1)
+        self.one_link = self.S == 1 and self.g == 1  # the weights cross one link: the server's NIC out
         self.agg_links = [FifoServer(f"aggregator{a}.in") for a in range(math.ceil(lam / self.group))]
         self.agg_pending: list[list[tuple[int, int, int, int]]] = [[] for _ in self.agg_links]
         self.agg_inflight = [0] * len(self.agg_links)
@@ -80,6 +86,9 @@ class PSRun:
         self.clocks = learner_clocks(point, lam)
         self.env = simpy.Environment()
         self._schedule = self.env.schedule
+        self._queue, self._ids = event_queue(self.env)
+        self.wakes = [Wake(self._send, None) for _ in range(lam)]  # each learner's, re-armed (_pull)
+        self._on_send, self._on_processed = [self._send], [self._processed_one]
         self.compute_s = 0.0
         self.end_time = 0.0
 
@@ -89,18 +98,20 @@ class PSRun:
 
         A message crossing two links (the server's NIC, then the node's NIC shared by
         ``gpus_per_node`` learners) is modelled cut-through: both are reserved when it is
-        sent, and it arrives when the later one is done, plus the latency."""
-        tx, lat = self.tx, self.lat
-        if self.S == 1:
-            done = self.link_out[0].reserve(now, tx)
-        else:
-            done = max(link.reserve(now, tx) for link in self.link_out)
-        if self.g > 1:
-            done = max(done, self.node_in[i // self.g].reserve(now, self.node_tx))
-        self._start(i, done + lat, self.core.version, now)
+        sent, and it arrives when the later one is done, plus the latency.
 
-    def _start(self, i: int, t: float, j: int, now: float) -> None:
-        k = self.core.assign(i)
+        The learner's compute-done event (and, on the plain path, its processed event) is
+        its own :class:`Wake`, re-armed each time: a learner has at most one of them pending."""
+        if self.one_link:
+            t = self.link_out[0].reserve(now, self.tx) + self.lat
+        else:
+            tx = self.tx
+            done = max(link.reserve(now, tx) for link in self.link_out)
+            if self.g > 1:
+                done = max(done, self.node_in[i // self.g].reserve(now, self.node_tx))
+            t = done + self.lat
+        j = self.core.version
+        k = self._assign(i)
         if k < 0:
             if self.group > 1:
                 self._maybe_forward(i // self.group, now)
@@ -118,12 +129,17 @@ class PSRun:
                 delay = m - now if m > now else 0.0
                 self._schedule(Wake(self._bucket, (i, b, now + delay)), NORMAL, delay)
             end = marks[-1]
+        elif clock.stall_free:
+            end = t + work
         else:
             end = clock.finish(t, work)
         delay = end - now
         if delay < 0:
             delay = 0.0
-        self._schedule(Wake(self._send, (i, j, k, t, now + delay)), NORMAL, delay)
+        wake = self.wakes[i]
+        wake.callbacks = self._on_send
+        wake.payload = (i, j, k, t, now + delay)
+        heappush(self._queue, (now + delay, NORMAL, next(self._ids), wake))
 
     def _bucket(self, ev: Wake) -> None:
         i, b, now = ev.payload
@@ -136,12 +152,22 @@ class PSRun:
 
     def _send(self, ev: Wake) -> None:
         i, j, k, t0, now = ev.payload
-        item = (i, self.core.gradient(i, j, k, t0, now), j, self.mu)
-        if self.group == 1:
-            if self.plain:
-                self._push(now, item, self._processed_one)
+        gop = self._gradient(i, j, k, t0, now)
+        if self.plain:  # straight to the server; processed: the learner's wake again
+            if self.S == 1:  # (_at_shards of one shard, inlined: the hot path)
+                done = self.queue[0].reserve(self.link_in[0].reserve(now, self.tx) + self.lat, self.apply_draw.next())
             else:
-                self._push_shared(now, item)
+                done = self._at_shards(now)
+            delay = done - now
+            if delay < 0:
+                delay = 0.0
+            ev.callbacks = self._on_processed
+            ev.payload = (i, gop, j, self.mu, now + delay)
+            heappush(self._queue, (now + delay, NORMAL, next(self._ids), ev))
+            return
+        item = (i, gop, j, self.mu)
+        if self.group == 1:
+            self._push_shared(now, item)
             return
         a = i // self.group
         arrive = self.agg_links[a].reserve(now, self.tx * self.S) + self.lat
@@ -161,7 +187,11 @@ class PSRun:
             at(self.env, max(self.agg_arrive[a], now), self._forward, pend)
 
     def _forward(self, ev: Wake) -> None:
-        self._push(self.env.now, ev.payload, self._processed_many)
+        now = self.env.now
+        delay = self._at_shards(now) - now
+        if delay < 0:
+            delay = 0.0
+        self._schedule(Wake(self._processed_many, (ev.payload, now + delay)), NORMAL, delay)
 
     def _push_shared(self, now: float, item: Any) -> None:
         """A learner's gradient leaves ``now`` through its node's NIC, or as its last bucket."""
@@ -171,19 +201,14 @@ class PSRun:
         else:
             self._deliver(now, item[0], 1.0, [self.apply_draw.next() for _ in range(self.S)], item)
 
-    def _push(self, now: float, item: Any, processed: Callable[[Wake], None]) -> None:
-        """Send a push (one gradient or one aggregated message) to every shard ``now``;
-        ``processed(wake)`` runs when the server has processed it (payload: item, time)."""
+    def _at_shards(self, now: float) -> float:
+        """A whole push (one gradient or one aggregated message) leaves for every shard ``now``:
+        when the last shard has processed it (each shard's NIC in, latency, then its apply)."""
         tx, lat, draw = self.tx, self.lat, self.apply_draw
         if self.S == 1:
-            done = self.queue[0].reserve(self.link_in[0].reserve(now, tx) + lat, draw.next())
-        else:
-            done = max(q.reserve(link.reserve(now, tx) + lat, draw.next())
-                       for q, link in zip(self.queue, self.link_in))
-        delay = done - now
-        if delay < 0:
-            delay = 0.0
-        self._schedule(Wake(processed, (item, now + delay)), NORMAL, delay)
+            return self.queue[0].reserve(self.link_in[0].reserve(now, tx) + lat, draw.next())
+        return max(q.reserve(link.reserve(now, tx) + lat, draw.next())
+                   for q, link in zip(self.queue, self.link_in))
 
     def _deliver(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
         """Learner ``i`` sends ``share`` of its gradient to every shard ``now`` (``apply_s[s]``
@@ -214,19 +239,16 @@ class PSRun:
             return
         if done < self.bucket_done[i]:  # processed when every bucket is
             done = self.bucket_done[i]
-        self._processed_at(done, now, item, self._processed_one)
-
-    def _processed_at(self, done: float, now: float, item: Any, processed: Callable[[Wake], None]) -> None:
         delay = done - now
         if delay < 0:
             delay = 0.0
-        self._schedule(Wake(processed, (item, now + delay)), NORMAL, delay)
+        self._schedule(Wake(self._processed_one, (*item, now + delay)), NORMAL, delay)
 
     # -- server side ------------------------------------------------------------------------
     def _processed_one(self, ev: Wake) -> None:
-        (i, gop, j, size), now = ev.payload
+        i, gop, j, size, now = ev.payload
         self.end_time = now
-        for r in self.core.push_one(i, gop, j, size, now):
+        for r in self._push_one(i, gop, j, size, now):
             self._pull(r, now)
 
     def _processed_many(self, ev: Wake) -> None:

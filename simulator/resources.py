@@ -33,11 +33,12 @@ class FifoServer:
         if arrival < self._last_arrival - 1e-9:
             raise ValueError(f"{self.name}: arrival {arrival} before previous {self._last_arrival}")
         self._last_arrival = arrival
-        start = self.free_at if self.free_at > arrival else arrival
-        end = start + service
-        self.free_at = end
+        free = self.free_at
+        if free > arrival:
+            self.wait_s += free - arrival
+            arrival = free
+        end = self.free_at = arrival + service
         self.busy_s += service
-        self.wait_s += start - arrival
         self.served += 1
         return end
 

@@ -58,9 +58,9 @@ def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = Tru
 
     ``engine``: "simpy" (the reference model), "fast" (:func:`fast_engine`: byte-identical, for
     the configurations they cover; an error otherwise) or "auto" (fast when one covers the
-    point). ``keep_trace=False`` returns no trace; the parameter-server and AllReduce fast
-    engines then drop it as they go (memory independent of the run's length), the gossip ones
-    build it and let it go at the end. The summary, histogram and schedule are the same either way.
+    point). ``keep_trace=False`` returns no trace; the fast engines then drop it as they go
+    (memory independent of the run's length), the SimPy engines build it and let it go at the
+    end. The summary, histogram and schedule are the same either way.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")

@@ -24,7 +24,6 @@ import itertools
 import json
 import math
 import struct
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -97,107 +96,149 @@ class Trace:
         return self.ops["kind"] == kind
 
 
+ROWS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {  # kind → (its int fields, its float fields)
+    GRAD: (("node", "src_node", "src_version", "sample_start", "batch_size", "batch_index"),
+           ("t_start", "t_end", "epoch")),
+    APPLY: (("node", "version", "in_count"), ("t_start", "epoch")),
+    MIX: (("node", "version", "src_node", "src_version"), ("t_start", "t_end", "epoch", "coef", "self_coef")),
+    EVAL: (("node", "version"), ("t_start", "epoch")),
+}
+APPLY_ONE = 4  # builder-only kind: an apply of one gradient with weight 1, its input in its row
+ROWS[APPLY_ONE] = (("node", "version", "grad_op", "staleness"), ("t_start", "epoch"))
+INPUT_ROW = (("grad_op", "staleness"), ("weight",))
+
+
+def _row(fields: tuple[tuple[str, ...], tuple[str, ...]]) -> tuple[struct.Struct, np.dtype]:
+    """The layout of one row (int64s then float64s, little-endian) as a ``struct`` and a dtype."""
+    ints, flts = fields
+    layout = struct.Struct("<" + "q" * len(ints) + "d" * len(flts))
+    return layout, np.dtype([(n, "<i8") for n in ints] + [(n, "<f8") for n in flts])
+
+
 class TraceBuilder:
     """Append-only recorder used by the simulators.
 
-    Cheap per op: each kind appends its own fields to flat ``array`` buffers (one
-    ``extend`` per type) and its kind code to ``kinds``; :meth:`build` scatters them
-    into the full columns, filling the fields a kind does not use with their defaults.
+    Cheap per op: each op is packed in one C call as a fixed-layout row (:data:`ROWS`) onto
+    its kind's byte buffer, and its kind code onto ``kinds``. An apply of one gradient
+    (:meth:`apply1`, the async hot path) is one row holding its input too (kind
+    :data:`APPLY_ONE`); an apply of several appends its inputs to ``inputs``. :meth:`build`
+    views each buffer as a structured array and scatters its fields into the full columns,
+    filling the fields a kind does not use with their defaults; an apply's inputs start where
+    the previous apply's end. (Packing a row costs about a third of extending typed arrays
+    with the same values, measured.)
     """
+
+    _pack = {k: _row(f) for k, f in ROWS.items()}
+    _pack_in = _row(INPUT_ROW)
 
     def __init__(self) -> None:
         self.kinds = bytearray()
-        self.g_i, self.g_f = array("q"), array("d")  # node src_node src_version start size k | t0 t1 epoch
-        self.a_i, self.a_f = array("q"), array("d")  # node version in_start in_count | t epoch
-        self.m_i, self.m_f = array("q"), array("d")  # node version src src_version | t0 t1 epoch coef self
-        self.e_i, self.e_f = array("q"), array("d")  # node version | t epoch
-        self.in_grad, self.in_weight, self.in_stale = array("q"), array("d"), array("q")
+        self.rows = {k: bytearray() for k in ROWS}
+        self.inputs = bytearray()
+        self._g, self._a, self._a1, self._m, self._e = (self.rows[k] for k in (GRAD, APPLY, APPLY_ONE, MIX, EVAL))
+        self._pg, self._pa, self._pa1, self._pm, self._pe = (
+            self._pack[k][0].pack for k in (GRAD, APPLY, APPLY_ONE, MIX, EVAL))
+        self._pin = self._pack_in[0].pack
 
     def __len__(self) -> int:
         return len(self.kinds)
 
+    @property
+    def last_kind(self) -> int:
+        """Kind of the last op recorded (−1 when none)."""
+        if not self.kinds:
+            return -1
+        k = self.kinds[-1]
+        return APPLY if k == APPLY_ONE else k
+
     def grad(self, node: int, src_node: int, src_version: int, sample_start: int, batch_size: int,
              batch_index: int, t_start: float, t_end: float, epoch: float) -> int:
         """Record a gradient computed by ``node`` on state (src_node, src_version); return its row."""
-        self.kinds.append(GRAD)
-        self.g_i.extend((node, src_node, src_version, sample_start, batch_size, batch_index))
-        self.g_f.extend((t_start, t_end, epoch))
-        return len(self.kinds) - 1
+        kinds = self.kinds
+        kinds.append(GRAD)
+        self._g += self._pg(node, src_node, src_version, sample_start, batch_size, batch_index, t_start, t_end, epoch)
+        return len(kinds) - 1
 
     def apply(self, node: int, version: int, grad_ops: list[int], weights: list[float],
               staleness: list[int], t: float, epoch: float) -> int:
         """Record that (node, version) becomes version + 1 from ``grad_ops``."""
-        self.kinds.append(APPLY)
-        self.a_i.extend((node, version, len(self.in_grad), len(grad_ops)))
-        self.a_f.extend((t, epoch))
-        self.in_grad.extend(grad_ops)
-        self.in_weight.extend(weights)
-        self.in_stale.extend(staleness)
-        return len(self.kinds) - 1
+        if not len(grad_ops) == len(weights) == len(staleness):
+            raise ValueError("apply: grad_ops, weights and staleness differ in length")
+        kinds = self.kinds
+        kinds.append(APPLY)
+        self._a += self._pa(node, version, len(grad_ops), t, epoch)
+        self.inputs += b"".join(map(self._pin, grad_ops, staleness, weights))
+        return len(kinds) - 1
 
     def apply1(self, node: int, version: int, grad_op: int, staleness: int, t: float, epoch: float) -> int:
         """``apply`` of a single gradient with weight 1 (the async hot path)."""
-        self.kinds.append(APPLY)
-        self.a_i.extend((node, version, len(self.in_grad), 1))
-        self.a_f.extend((t, epoch))
-        self.in_grad.append(grad_op)
-        self.in_weight.append(1.0)
-        self.in_stale.append(staleness)
-        return len(self.kinds) - 1
+        kinds = self.kinds
+        kinds.append(APPLY_ONE)
+        self._a1 += self._pa1(node, version, grad_op, staleness, t, epoch)
+        return len(kinds) - 1
 
     def last_apply(self) -> tuple[list[int], list[float], list[int], float]:
         """``(grad ops, weights, staleness, epoch)`` of the last apply recorded."""
-        start, count = self.a_i[-2], self.a_i[-1]
-        end = start + count
-        return (self.in_grad[start:end].tolist(), self.in_weight[start:end].tolist(),
-                self.in_stale[start:end].tolist(), self.a_f[-1])
+        if self.kinds.rfind(APPLY_ONE) > self.kinds.rfind(APPLY):
+            layout = self._pack[APPLY_ONE][0]
+            _, _, gop, stale, _, epoch = layout.unpack_from(self._a1, len(self._a1) - layout.size)
+            return [gop], [1.0], [stale], epoch
+        layout, row = self._pack[APPLY][0], self._pack_in[0]
+        _, _, count, _, epoch = layout.unpack_from(self._a, len(self._a) - layout.size)
+        end = len(self.inputs) // row.size
+        rows = [row.unpack_from(self.inputs, n * row.size) for n in range(end - count, end)]
+        return [r[0] for r in rows], [r[2] for r in rows], [r[1] for r in rows], epoch
 
     def mix(self, node: int, version: int, src_node: int, src_version: int, coef: float,
             self_coef: float, t_start: float, t_end: float, epoch: float) -> int:
         """Record x_node ← self_coef·x_node + coef·x_src(src_version) (w likewise)."""
-        self.kinds.append(MIX)
-        self.m_i.extend((node, version, src_node, src_version))
-        self.m_f.extend((t_start, t_end, epoch, coef, self_coef))
-        return len(self.kinds) - 1
+        kinds = self.kinds
+        kinds.append(MIX)
+        self._m += self._pm(node, version, src_node, src_version, t_start, t_end, epoch, coef, self_coef)
+        return len(kinds) - 1
 
     def eval(self, node: int, version: int, t: float, epoch: float) -> int:
         """Record an evaluation of (node, version), or of the nodes' average (node = -1)."""
-        self.kinds.append(EVAL)
-        self.e_i.extend((node, version))
-        self.e_f.extend((t, epoch))
-        return len(self.kinds) - 1
+        kinds = self.kinds
+        kinds.append(EVAL)
+        self._e += self._pe(node, version, t, epoch)
+        return len(kinds) - 1
 
     def build(self, header: dict[str, Any]) -> Trace:
         """Freeze into a :class:`Trace` with NumPy columns."""
-        kind = np.frombuffer(bytes(self.kinds), dtype=np.uint8).copy()
-        ops, _ = blank_columns(len(kind), 0)
+        code = np.frombuffer(bytes(self.kinds), dtype=np.uint8)
+        ops, _ = blank_columns(len(code), 0)
+        tables = {k: np.frombuffer(buf, self._pack[k][1]) for k, buf in self.rows.items()}
+        for k, table in tables.items():
+            if not len(table):
+                continue
+            rows = np.flatnonzero(code == k)
+            for name in table.dtype.names:
+                if name in ops:
+                    ops[name][rows] = np.ascontiguousarray(table[name])
+        one = code == APPLY_ONE
+        ops["in_count"][one] = 1
+        kind = np.where(one, APPLY, code).astype(np.uint8)
         ops["kind"] = kind
-
-        def scatter(k: int, ints: array, flts: array, inames: tuple, fnames: tuple) -> None:
-            rows = np.flatnonzero(kind == k)
-            iv = np.frombuffer(ints, dtype=np.int64).reshape(len(rows), len(inames)) if len(rows) else None
-            fv = np.frombuffer(flts, dtype=np.float64).reshape(len(rows), len(fnames)) if len(rows) else None
-            for c, name in enumerate(inames):
-                if iv is not None:
-                    ops[name][rows] = iv[:, c]
-            for c, name in enumerate(fnames):
-                if fv is not None:
-                    ops[name][rows] = fv[:, c]
-
-        scatter(GRAD, self.g_i, self.g_f,
-                ("node", "src_node", "src_version", "sample_start", "batch_size", "batch_index"),
-                ("t_start", "t_end", "epoch"))
-        scatter(APPLY, self.a_i, self.a_f, ("node", "version", "in_start", "in_count"), ("t_start", "epoch"))
-        scatter(MIX, self.m_i, self.m_f, ("node", "version", "src_node", "src_version"),
-                ("t_start", "t_end", "epoch", "coef", "self_coef"))
-        scatter(EVAL, self.e_i, self.e_f, ("node", "version"), ("t_start", "epoch"))
-        point_ops = (kind == APPLY) | (kind == EVAL)
-        ops["t_end"][point_ops] = ops["t_start"][point_ops]
-        inputs = {
-            "grad_op": np.frombuffer(self.in_grad, dtype=np.int64).copy(),
-            "weight": np.frombuffer(self.in_weight, dtype=np.float64).copy(),
-            "staleness": np.frombuffer(self.in_stale, dtype=np.int64).astype(np.int32),
-        }
+        np.copyto(ops["t_end"], ops["t_start"], where=(kind == APPLY) | (kind == EVAL))  # point ops
+        # inputs in apply order: each apply's start is the sum of the counts before it
+        applies = np.flatnonzero(kind == APPLY)
+        counts = ops["in_count"][applies].astype(np.int64)
+        starts = np.cumsum(counts) - counts
+        ops["in_start"][applies] = starts
+        n_in = int(counts.sum())
+        inputs = {"grad_op": np.zeros(n_in, np.int64), "weight": np.ones(n_in), "staleness": np.zeros(n_in, np.int32)}
+        single = one[applies]
+        at1 = starts[single]
+        inputs["grad_op"][at1] = tables[APPLY_ONE]["grad_op"]
+        inputs["staleness"][at1] = tables[APPLY_ONE]["staleness"]
+        many = np.frombuffer(self.inputs, self._pack_in[1])
+        if len(many):
+            c = counts[~single]
+            at = np.repeat(starts[~single] - (np.cumsum(c) - c), c) + np.arange(len(many))
+            inputs["grad_op"][at] = many["grad_op"]
+            inputs["weight"][at] = many["weight"]
+            inputs["staleness"][at] = many["staleness"]
         h = dict(header)
         h.setdefault("schema_version", SCHEMA_VERSION)
         return Trace(h, ops, inputs)

@@ -87,18 +87,29 @@ def test_fast_gossip_engines_are_byte_identical_to_simpy(protocol, nodes, g, mb,
     assert (bare.summary, bare.histogram, bare.evals) == (ref.summary, ref.histogram, ref.evals)
 
 
+SHARED = {fast_nodes.NEED_WORK, fast_nodes.NEED_POOL, fast_nodes.NEED_STALL, fast_nodes.NEED_ROWS}
 SMALLEST = {  # every buffer an engine grows, at its smallest; the statuses that must come back
-    "sgp": (fast_sgp, "_initial_sizes", lambda n, tau, indeg: (1, 1, 1), 3, {1, 2, 3, 4, 5}),
-    "dpsgd": (fast_dpsgd, "_initial_sizes", lambda n, degree: (1, 1), 1, {1, 2, 3, 4}),
-    "adpsgd": (fast_adpsgd, "_initial_pool", lambda n: 1, 0, {1, 2, 3}),
+    "sgp": (fast_sgp, "_initial_sizes", lambda n, tau, indeg: (1, 1, 1), 3,
+            SHARED | {fast_sgp.NEED_HELD, fast_sgp.NEED_RING}),
+    "dpsgd": (fast_dpsgd, "_initial_sizes", lambda n, degree: (1, 1), 1, SHARED | {fast_dpsgd.NEED_RING}),
+    "adpsgd": (fast_adpsgd, "_initial_pool", lambda n: 1, 0, SHARED),
 }
+
+
+def small_columns(n_ops: int, n_inputs: int):
+    """A run's first trace columns at 16 ops and 4 inputs: the columns must grow."""
+    return REAL_COLUMNS(min(n_ops, 16), min(n_inputs, 4))
+
+
+REAL_COLUMNS = fast_nodes.trace_columns
 
 
 @pytest.mark.parametrize("protocol", sorted(SMALLEST))
 def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) -> None:
     """Draw buffers of 2, refills of 3, stall draws of 12, a message pool (and held lists,
-    arrival and inbox rings) of 1: every refill and growth path runs, and the trace is still
-    the reference's."""
+    arrival and inbox rings) of 1, trace columns of 16 ops: every refill and growth path runs,
+    and the trace is still the reference's. Without the trace, buffers of 16 rows are folded
+    away hundreds of times, and the summary, histogram and schedule are the reference's."""
     module, name, smallest, overlap, expected = SMALLEST[protocol]
     p = scenario(protocol, 12, 2, 8, 3.0, 3, 7, "exponential", 0.0, 0.3, 3.0, 1e-3, 2e7, 1e-5, 3e-6, 5e7, "npdde",
                  2, overlap, rate=200.0, stall=0.001)
@@ -113,11 +124,23 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
 
     with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_ps, "CHUNK", 3), \
             patch.object(fast_nodes, "_Buffers", lambda rows, cap: real(rows, 2)), patch.object(module, name, smallest), \
-            patch.object(module, "_kernel", recording):
+            patch.object(module, "_kernel", recording), patch.object(fast_nodes, "trace_columns", small_columns):
         fast = simulate(p, "fast")
     assert statuses == expected | {fast_nodes.DONE}
     assert T.encode(fast.trace) == T.encode(ref.trace)
     assert fast.summary == ref.summary
+    folds = []
+    fold = fast_nodes.Run._rows
+
+    def counting(run):
+        folds.append((int(run.st[0]), len(run.ops["kind"])))
+        return fold(run)
+
+    with patch.object(fast_nodes, "FLUSH_OPS", 16), patch.object(fast_nodes.Run, "_rows", counting):
+        bare = simulate(p, "fast", keep_trace=False)
+    assert bare.trace is None and len(folds) > 100
+    assert max(rows for rows, _ in folds) <= 32 and max(size for _, size in folds) <= 64  # never the whole run
+    assert (bare.summary, bare.histogram, bare.evals) == (ref.summary, ref.histogram, ref.evals)
 
 
 @pytest.mark.parametrize("protocol", sorted(ENGINES))

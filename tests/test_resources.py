@@ -75,3 +75,46 @@ def test_wake_fires_in_the_order_and_at_the_times_of_simpy_timeouts() -> None:
     ref_env.timeout(0.2, "at").callbacks.append(lambda ev: ref.append((ref_env.now, ev.value)))
     ref_env.run()
     assert seen == ref
+
+
+def test_wakes_pushed_on_the_heap_and_re_armed_fire_as_simpy_timeouts() -> None:
+    # Truth: SimPy's own Timeout events. Each of three actors re-arms its one Wake from its own
+    # callback and pushes it straight onto the heap (event_queue), as the PS engine's learners do.
+    from heapq import heappush
+
+    import simpy
+    from simpy.core import NORMAL
+
+    from ddlsim.simulator.events import Wake, event_queue
+
+    steps = {0: [0.3, 0.0, 0.2, 0.1], 1: [0.1, 0.2, 0.0, 0.2], 2: [0.0, 0.3, 0.3, 0.0]}
+    env, seen = simpy.Environment(), []
+    queue, ids = event_queue(env)
+
+    def fire(ev: Wake) -> None:
+        actor, n, now = ev.payload
+        seen.append((env.now, actor, n))
+        assert now == env.now  # the time carried is SimPy's now
+        if n + 1 < len(steps[actor]):
+            delay = steps[actor][n + 1]
+            ev.callbacks, ev.payload = cbs, (actor, n + 1, now + delay)
+            heappush(queue, (now + delay, NORMAL, next(ids), ev))
+
+    cbs = [fire]
+    for actor, ds in steps.items():
+        env.schedule(Wake(fire, (actor, 0, ds[0])), NORMAL, ds[0])
+    env.run()
+
+    ref_env, ref = simpy.Environment(), []
+
+    def actor_process(actor: int):
+        for n, d in enumerate(steps[actor]):
+            yield ref_env.timeout(d)
+            ref.append((ref_env.now, actor, n))
+
+    for actor in steps:
+        ref_env.process(actor_process(actor))
+    ref_env.run()
+    assert sorted(seen) == sorted(ref) and len(seen) == 12
+    # ties at equal times run in scheduling order in both
+    assert [s[:2] for s in seen] == [r[:2] for r in ref]

@@ -249,3 +249,38 @@ def test_the_sign_of_zero_survives_a_round_trip() -> None:
     tr = b.build(header())
     back = T.decode(T.encode(tr))
     assert np.signbit(back.ops["epoch"]).tolist() == [False, True]
+
+
+def test_single_and_multi_gradient_applies_interleave_into_one_inputs_table() -> None:
+    # Truth: the inputs table written out by hand; apply1 (its input in its own row) and apply
+    # (inputs in the shared buffer) alternate, so each apply's in_start is the sum before it.
+    b = T.TraceBuilder()
+    g = [b.grad(n % 2, 0, 0, 4 * n, 4, n // 2, 0.0, 1.0, 0.0) for n in range(6)]
+    b.apply1(0, 0, g[0], 0, 1.0, 0.1)
+    assert b.last_apply() == ([g[0]], [1.0], [0], 0.1) and b.last_kind == T.APPLY
+    b.apply(0, 1, [g[1], g[2]], [0.5, 0.5], [1, 1], 1.1, 0.2)
+    assert b.last_apply() == ([g[1], g[2]], [0.5, 0.5], [1, 1], 0.2)
+    b.apply1(0, 2, g[3], 2, 1.2, 0.3)
+    b.apply1(0, 3, g[4], 3, 1.3, 0.4)
+    b.apply(0, 4, [g[5]], [0.25], [4], 1.4, 0.5)
+    assert b.last_apply() == ([g[5]], [0.25], [4], 0.5)
+    b.eval(0, 5, 1.4, 0.5)
+    tr = b.build(header())
+    apply_rows = tr.ops["kind"] == T.APPLY
+    assert tr.ops["kind"].tolist() == [T.GRAD] * 6 + [T.APPLY] * 5 + [T.EVAL]
+    assert tr.ops["in_start"][apply_rows].tolist() == [0, 1, 3, 4, 5]
+    assert tr.ops["in_count"][apply_rows].tolist() == [1, 2, 1, 1, 1]
+    assert tr.ops["version"][apply_rows].tolist() == [0, 1, 2, 3, 4]
+    assert tr.ops["t_end"][apply_rows].tolist() == [1.0, 1.1, 1.2, 1.3, 1.4]
+    assert tr.inputs["grad_op"].tolist() == g
+    assert tr.inputs["weight"].tolist() == [1.0, 0.5, 0.5, 1.0, 1.0, 0.25]
+    assert tr.inputs["staleness"].tolist() == [0, 1, 1, 2, 3, 4]
+    assert tr.inputs["staleness"].dtype == np.int32
+    T.check(tr)
+
+
+def test_apply_refuses_inputs_of_different_lengths() -> None:
+    b = T.TraceBuilder()
+    g = b.grad(0, 0, 0, 0, 4, 0, 0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        b.apply(0, 0, [g], [1.0, 0.5], [0], 1.0, 0.1)

@@ -134,7 +134,7 @@ class GossipRecorder:
 
     def finish(self, t: float) -> None:
         """The run ends at ``t`` with an eval of the nodes' average (unless it just had one)."""
-        if self.tb.kinds[-1] != EVAL:
+        if self.tb.last_kind != EVAL:
             self.tb.eval(AVERAGE, AVERAGE, t, self.samples / self.spe)
 
     def _maybe_eval(self, t: float) -> None:

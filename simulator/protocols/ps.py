@@ -81,6 +81,7 @@ class PSCore:
         self.slowest = 0
         self._blocked: dict[int, list[int]] = {}
         self._blocked_keys: list[int] = []
+        self._grad, self._apply1 = self.tb.grad, self.tb.apply1  # (bound once: a gradient's hot path)
         if self.c == 1 and not self.barrier and self.bound < 0:
             self.push_one = self._push_one_alone  # type: ignore[method-assign]
 
@@ -106,8 +107,7 @@ class PSCore:
 
     def gradient(self, i: int, j: int, k: int, t_start: float, t_end: float) -> int:
         """Record learner ``i``'s gradient of minibatch ``k`` on version ``j``; its grad op."""
-        return self.tb.grad(i, 0, j, self.sample_start_of(k, i), self.mu, k, t_start, t_end,
-                            self.samples_applied / self.N)
+        return self._grad(i, 0, j, self.sample_start_of(k, i), self.mu, k, t_start, t_end, self.samples_applied / self.N)
 
     def push_one(self, i: int, gop: int, j: int, size: int, t: float) -> list[int]:
         """The server has processed one gradient (learner ``i``'s grad op ``gop`` on version
@@ -129,7 +129,7 @@ class PSCore:
         v = self.version
         self.samples_applied += size
         epoch = self.samples_applied / self.N
-        self.tb.apply1(0, v, gop, v - j, t, epoch)
+        self._apply1(0, v, gop, v - j, t, epoch)
         self.version = v + 1
         if self.samples_applied >= self.cadence.next - 1e-9 and self.cadence.due(self.samples_applied):
             self.tb.eval(0, v + 1, t, epoch)
@@ -153,7 +153,7 @@ class PSCore:
         """The run ends at ``t``: apply a last partial group; end with an eval of the final weights."""
         if self.acc:
             self._apply(t)
-        if self.tb.kinds[-1] != EVAL:
+        if self.tb.last_kind != EVAL:
             self.tb.eval(0, self.version, t, self.samples_applied / self.N)
 
     # -- rules ------------------------------------------------------------------------------
