@@ -5,9 +5,9 @@ Covered: hardsync, softsync, async, SSP and every catalogue variant of them (bar
 apply, SSP release), with shards, network latency/bandwidth/overhead, server apply times,
 persistent stragglers and transient stalls, any compute distribution, learners sharing a
 node's NIC (``gpus_per_node`` > 1), gradients of several buckets (each pushed as backward
-produces it), tree aggregation (``group_size`` > 1) — but not tree aggregation under a
-staleness bound.
-:func:`covers` says what is not; ``engine = "auto"`` then uses the SimPy engine.
+produces it), tree aggregation (``group_size`` > 1, under a staleness bound too).
+:func:`covers` says what is not (only a missing numba); ``engine = "auto"`` then uses the
+SimPy engine.
 
 Identity with the SimPy engine (:mod:`.ps` with :class:`.protocols.ps.PSCore`) is by
 construction and by test (tests/test_fast.py, a property grid): the same random draws (the
@@ -36,7 +36,6 @@ from . import seeds
 from .collectives import bucket_sizes, produced_shares
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps, sim_id
-from .protocols.catalog import spec_of
 from .stats import histogram, merge_histograms
 from .trace import APPLY, EVAL, GRAD, Trace, blank_columns, eval_schedule
 
@@ -59,9 +58,6 @@ def covers(point: dict[str, Any]) -> str | None:
         return "numba is not installed"
     if not is_ps(point):
         return "not a parameter-server protocol"
-    cl = point["cluster"]
-    if cl["server"]["group_size"] != 1 and spec_of(point).bounded:
-        return "tree aggregation (group_size > 1) with a staleness bound"
     return None
 
 
@@ -177,7 +173,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, stall: np.ndarray,
             adraw: np.ndarray, link_in: np.ndarray, link_out: np.ndarray, queue: np.ndarray,
             batches: np.ndarray, done_clock: np.ndarray, at_clock: np.ndarray, waiting: np.ndarray,
-            pend: np.ndarray, acc: np.ndarray,
+            ready: np.ndarray, pend: np.ndarray, acc: np.ndarray,
             ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
             produced: np.ndarray, bshare: np.ndarray, bapply: np.ndarray, bdone: np.ndarray, bmark: np.ndarray,
             node_links: np.ndarray, agg_links: np.ndarray, agg_inflight: np.ndarray, agg_arrive: np.ndarray,
@@ -324,10 +320,15 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 acc[st[6], 2] = mu
                 st[6] += 1
                 st[2] += 1
+                if bound >= 0:
+                    _tick(agg_fwd[a, x, 0], done_clock, at_clock, st)
             if st[6] >= c or st[2] == total:
                 _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
                        in_grad, in_weight, in_stale)
-            for x in range(fwd_n[a]):  # who pulls next (no staleness bound with aggregators: covers())
+            if bound >= 0 and barrier == 0:  # who pulls next: SSP's release after the group's ticks
+                _release_many(agg_fwd[a, :, 0], fwd_n[a], st[11] + bound, done_clock, waiting, ready, pend, st)
+                continue
+            for x in range(fwd_n[a]):  # who pulls next
                 if barrier == 1:
                     waiting[st[14]] = agg_fwd[a, x, 0]
                     st[14] += 1
@@ -433,13 +434,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         st[6] = n_acc + 1
         st[2] += 1
         if bound >= 0:
-            cc = done_clock[i]
-            done_clock[i] = cc + 1
-            ring = len(at_clock)  # every count lies in slowest … slowest + bound + 1: a ring of counts
-            at_clock[cc % ring] -= 1
-            at_clock[(cc + 1) % ring] += 1
-            if cc == st[11] and at_clock[cc % ring] == 0:
-                st[11] = cc + 1
+            _tick(i, done_clock, at_clock, st)
         if st[6] >= c or st[2] == total:
             _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
                    in_grad, in_weight, in_stale)
@@ -523,6 +518,47 @@ def _push(st: np.ndarray, now: float, tx: float, lat: float, S: int, link_in: np
         if s == 0 or e > done:
             done = e
     return done
+
+
+def _tick(i: int, done_clock: np.ndarray, at_clock: np.ndarray, st: np.ndarray) -> None:
+    """PSCore._tick: learner i has one more gradient processed; the slowest count moves when
+    its last learner leaves it (every count lies in slowest … slowest + bound + 1: a ring)."""
+    cc = done_clock[i]
+    done_clock[i] = cc + 1
+    ring = len(at_clock)
+    at_clock[cc % ring] -= 1
+    at_clock[(cc + 1) % ring] += 1
+    if cc == st[11] and at_clock[cc % ring] == 0:
+        st[11] = cc + 1
+
+
+def _release_many(pushed: np.ndarray, m: int, limit: int, done_clock: np.ndarray, waiting: np.ndarray,
+                  ready: np.ndarray, pend: np.ndarray, st: np.ndarray) -> None:
+    """PSCore._release for an aggregator's message of ``m`` learners (SSP; ``limit``: the slowest
+    count + the bound): every waiting learner has the same count, so they all go when the first
+    may; each pushed learner goes if its count is within the limit, else waits. Those that go
+    pull in index order (appended to the pending ring)."""
+    n = st[14]
+    r = 0
+    if n > 0 and done_clock[waiting[0]] <= limit:
+        for w in range(n):
+            ready[r] = waiting[w]
+            r += 1
+        n = 0
+    for x in range(m):
+        i = pushed[x]
+        if done_clock[i] <= limit:
+            ready[r] = i
+            r += 1
+        else:
+            waiting[n] = i
+            n += 1
+    st[14] = n
+    _sort_prefix(ready, r)
+    lam = pend.shape[0]
+    for w in range(r):
+        pend[st[10] % lam] = ready[w]
+        st[10] += 1
 
 
 def _release_waiting(waiting: np.ndarray, n: int, pend: np.ndarray, st: np.ndarray) -> None:
@@ -680,6 +716,8 @@ if numba is not None:
     _heap_pop = _jit(_heap_pop)
     _sort_prefix = _jit(_sort_prefix)
     _release_waiting = _jit(_release_waiting)
+    _tick = _jit(_tick)
+    _release_many = _jit(_release_many)
     _eval = _jit(_eval)
     _apply = _jit(_apply)
     _kernel = _jit(_kernel)
@@ -830,7 +868,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     aggs = (np.zeros((A, 5)), np.zeros(A, np.int64), np.zeros(A), np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64),
             np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64), np.zeros(A, np.int64))
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
-    batches, waiting = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64)
+    batches, waiting, ready = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
     done_clock = np.zeros(lam, np.int64)
     # learners per count, a ring: counts lie in slowest … slowest + bound + 1, and in 0 … total
     at_clock = np.zeros(min(core.bound, total) + 2 if core.bound >= 0 else 1, np.int64)
@@ -840,7 +878,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links, *aggs,
+                         waiting, ready, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links, *aggs,
                          *cols)
         if status == DONE:
             break

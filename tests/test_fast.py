@@ -4,7 +4,7 @@ property-based grid of scenarios (the SimPy engine is the reference model)."""
 from __future__ import annotations
 
 import math
-from unittest.mock import patch
+from unittest.mock import MagicMock, patch
 
 import numpy as np
 import pytest
@@ -81,9 +81,6 @@ def test_fast_engine_is_byte_identical_to_simpy(protocol, learners, n_frac, boun
     n = max(1, min(learners, round(n_frac * learners)))
     p = scenario(protocol, learners, n, bound, mb, dist, cv, frac, slow, rate, stall, lat, bw, shards, apply_s,
                  apply_dist, evals, seed, epochs, bucket, bf, g, group)
-    if group > 1 and protocol in ("ssp", "bounded_softsync"):  # aggregators under a staleness bound: SimPy only
-        assert covers(p) == "tree aggregation (group_size > 1) with a staleness bound"
-        return
     assert covers(p) is None  # (38,440 gradient bytes: 5 or 2 buckets, or one)
     ref, fast = simulate(p, "simpy"), simulate(p, "fast")
     assert T.encode(fast.trace) == T.encode(ref.trace)
@@ -100,12 +97,15 @@ def test_auto_uses_the_fast_engine_only_where_it_covers_the_point() -> None:
     grouped = make_point(protocol__name="ssp", cluster__learners=4, workload__epochs=0.2,
                          cluster__server__group_size=2)
     gossip = make_point(protocol__name="adpsgd", cluster__learners=4, workload__epochs=0.2)
-    assert covers(covered) is None
-    assert "group_size" in covers(grouped) and "parameter-server" in covers(gossip)
-    # auto falls back to the reference where no fast engine covers the point; fast refuses
-    assert T.encode(simulate(grouped, "auto").trace) == T.encode(simulate(grouped, "simpy").trace)
-    with pytest.raises(ValueError, match="does not cover this point: tree aggregation"):
-        simulate(grouped, "fast")
+    assert covers(covered) is None and covers(grouped) is None and "parameter-server" in covers(gossip)
+    # without numba no fast engine covers a point: auto falls back to the reference; fast refuses
+    spy = MagicMock(wraps=fast_ps.simulate_ps_fast)
+    with patch.object(fast_ps, "numba", None), patch.object(fast_ps, "simulate_ps_fast", spy):
+        assert covers(grouped) == "numba is not installed"
+        assert T.encode(simulate(grouped, "auto").trace) == T.encode(simulate(grouped, "simpy").trace)
+        with pytest.raises(ValueError, match="does not cover this point: numba is not installed"):
+            simulate(grouped, "fast")
+    assert not spy.called
 
 
 def test_the_fast_engine_refills_its_draws_on_long_runs() -> None:
