@@ -50,6 +50,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     ``picks[i, k]``."""
     n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
     every = fp[4]
+    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # ADPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
         while st[13] < st[14]:
@@ -83,7 +84,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[13] += 1
         if st[2] == 0:
             return DONE
-        if rows_short(st, cols, 4):  # an event writes ≤ 3 ops
+        if rows_short(st, n_ops, n_inputs, 4):  # an event writes ≤ 3 ops
             return NEED_ROWS
         slot = hs[0]
         now = ht[0]

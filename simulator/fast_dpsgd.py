@@ -59,6 +59,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
     blocking, phases, margin = gp[0], gp[1], gp[2]
     every = fp[4]
     R = inb_c.shape[1]
+    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # DPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
         while st[13] < st[14]:
@@ -88,7 +89,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             st[13] += 1
         if st[2] == 0:
             return DONE
-        if rows_short(st, cols, margin):  # an event writes ≤ 3 + degree ops
+        if rows_short(st, n_ops, n_inputs, margin):  # an event writes ≤ 3 + degree ops
             return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: blocking gossip sends the stepped state now

@@ -68,6 +68,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
     every = fp[4]
     R = arrived.shape[1]
     H = held.shape[1]
+    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # a node that may start its next iteration does (SGPRun._begin): last thing its handler did
         while st[13] < st[14]:
@@ -86,7 +87,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             st[13] += 1
         if st[2] == 0:
             return DONE
-        if rows_short(st, cols, 5 + H):  # a compute writes ≤ 4 + its held messages
+        if rows_short(st, n_ops, n_inputs, 5 + H):  # a compute writes ≤ 4 + its held messages
             return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: room for its messages first
