@@ -891,7 +891,9 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
             adraw = np.concatenate([adraw[st[15]:], np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
             st[15] = 0
         elif status == NEED_FLUSH:
-            if keep_trace:  # more room (the estimate of the trace's length was short)
+            # more room: the estimate of the trace's length was short (trace kept), or the buffers
+            # hold less than one event needs even empty (a run of fewer gradients than a group)
+            if keep_trace or (st[4] == st[16] and st[5] == st[17]):
                 ops, inputs = doubled_columns(ops, inputs)
                 cols = cols_of(ops, inputs)
             else:

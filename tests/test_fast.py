@@ -196,3 +196,15 @@ def test_a_huge_staleness_bound_costs_no_memory() -> None:
     # staleness_bound = 10**9 on a 4-learner run: the ring of counts is bounded by the run's length
     p = make_point(protocol__name="ssp", protocol__staleness_bound=10**9, cluster__learners=4, workload__epochs=0.05)
     assert T.encode(simulate(p, "fast").trace) == T.encode(simulate(p, "simpy").trace)
+
+
+@pytest.mark.parametrize("protocol", ["async", "ssp", "hardsync"])
+def test_a_run_of_fewer_gradients_than_a_group_gets_buffers_big_enough_without_its_trace(protocol) -> None:
+    # Truth: the SimPy engine. 8 learners in one aggregator group, 3 gradients in the whole run:
+    # a summary-only run's buffers (sized by the run) hold less than one group's message needs
+    # even when empty, so they must grow rather than be folded again and again (this hung).
+    p = make_point(protocol__name=protocol, cluster__learners=8, cluster__server__group_size=8,
+                   cluster__minibatch=32, workload__epochs=0.05)
+    ref = simulate(p, "simpy")
+    lean = simulate(p, "fast", keep_trace=False)
+    assert (lean.summary, lean.histogram, lean.evals) == (ref.summary, ref.histogram, ref.evals)
