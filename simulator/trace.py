@@ -154,9 +154,10 @@ class TraceBuilder:
     def grad(self, node: int, src_node: int, src_version: int, sample_start: int, batch_size: int,
              batch_index: int, t_start: float, t_end: float, epoch: float) -> int:
         """Record a gradient computed by ``node`` on state (src_node, src_version); return its row."""
-        kinds = self.kinds
+        row = self._pg(node, src_node, src_version, sample_start, batch_size, batch_index, t_start, t_end, epoch)
+        kinds = self.kinds  # (packed first: a value that cannot be packed records nothing)
         kinds.append(GRAD)
-        self._g += self._pg(node, src_node, src_version, sample_start, batch_size, batch_index, t_start, t_end, epoch)
+        self._g += row
         return len(kinds) - 1
 
     def apply(self, node: int, version: int, grad_ops: list[int], weights: list[float],
@@ -164,21 +165,25 @@ class TraceBuilder:
         """Record that (node, version) becomes version + 1 from ``grad_ops``."""
         if not len(grad_ops) == len(weights) == len(staleness):
             raise ValueError("apply: grad_ops, weights and staleness differ in length")
+        row, rows = self._pa(node, version, len(grad_ops), t, epoch), b"".join(map(self._pin, grad_ops, staleness, weights))
         kinds = self.kinds
         kinds.append(APPLY)
-        self._a += self._pa(node, version, len(grad_ops), t, epoch)
-        self.inputs += b"".join(map(self._pin, grad_ops, staleness, weights))
+        self._a += row
+        self.inputs += rows
         return len(kinds) - 1
 
     def apply1(self, node: int, version: int, grad_op: int, staleness: int, t: float, epoch: float) -> int:
         """``apply`` of a single gradient with weight 1 (the async hot path)."""
+        row = self._pa1(node, version, grad_op, staleness, t, epoch)
         kinds = self.kinds
         kinds.append(APPLY_ONE)
-        self._a1 += self._pa1(node, version, grad_op, staleness, t, epoch)
+        self._a1 += row
         return len(kinds) - 1
 
     def last_apply(self) -> tuple[list[int], list[float], list[int], float]:
         """``(grad ops, weights, staleness, epoch)`` of the last apply recorded."""
+        if self.kinds.rfind(APPLY_ONE) == self.kinds.rfind(APPLY) == -1:
+            raise IndexError("last_apply: no apply recorded")
         if self.kinds.rfind(APPLY_ONE) > self.kinds.rfind(APPLY):
             layout = self._pack[APPLY_ONE][0]
             _, _, gop, stale, _, epoch = layout.unpack_from(self._a1, len(self._a1) - layout.size)
@@ -192,16 +197,18 @@ class TraceBuilder:
     def mix(self, node: int, version: int, src_node: int, src_version: int, coef: float,
             self_coef: float, t_start: float, t_end: float, epoch: float) -> int:
         """Record x_node ← self_coef·x_node + coef·x_src(src_version) (w likewise)."""
+        row = self._pm(node, version, src_node, src_version, t_start, t_end, epoch, coef, self_coef)
         kinds = self.kinds
         kinds.append(MIX)
-        self._m += self._pm(node, version, src_node, src_version, t_start, t_end, epoch, coef, self_coef)
+        self._m += row
         return len(kinds) - 1
 
     def eval(self, node: int, version: int, t: float, epoch: float) -> int:
         """Record an evaluation of (node, version), or of the nodes' average (node = -1)."""
+        row = self._pe(node, version, t, epoch)
         kinds = self.kinds
         kinds.append(EVAL)
-        self._e += self._pe(node, version, t, epoch)
+        self._e += row
         return len(kinds) - 1
 
     def build(self, header: dict[str, Any]) -> Trace:

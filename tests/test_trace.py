@@ -279,8 +279,19 @@ def test_single_and_multi_gradient_applies_interleave_into_one_inputs_table() ->
     T.check(tr)
 
 
-def test_apply_refuses_inputs_of_different_lengths() -> None:
+def test_a_refused_op_records_nothing() -> None:
+    # Truth: the builder before the refused calls (lists of different lengths; a value that is
+    # no integer) builds the same trace as after them
     b = T.TraceBuilder()
     g = b.grad(0, 0, 0, 0, 4, 0, 0.0, 1.0, 0.0)
+    before = b.build(header())
     with pytest.raises(ValueError, match="differ in length"):
         b.apply(0, 0, [g], [1.0, 0.5], [0], 1.0, 0.1)
+    for bad in (lambda: b.grad(0, 0, "v", 0, 4, 0, 0.0, 1.0, 0.0), lambda: b.apply1(0, 0, g, 1.5, 1.0, 0.1),
+                lambda: b.eval(0, None, 0.0, 0.0), lambda: b.mix(0, 0, 1, 0, "c", 0.5, 0.0, 1.0, 0.0)):
+        with pytest.raises(Exception):
+            bad()
+    after = b.build(header())
+    assert len(b) == 1 and T.encode(after) == T.encode(before)
+    with pytest.raises(IndexError, match="no apply"):
+        b.last_apply()
