@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 
 from .compute import CHUNK, learner_clocks
-from .fast_ps import (FLUSH_OPS, STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, doubled_columns,
-                      fold_rows, numba, stall_state)
+from .fast_ps import (FLUSH_OPS, STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, fold_rows,
+                      make_room, numba, stall_state)
 from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
 from .protocols.gossip import run_figures, trace_header
-from .stats import histogram, merge_histograms
-from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns, eval_schedule
+from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 ENTER, DELIVER = 0, 1                 # message states
 DONE, NEED_WORK, NEED_POOL, NEED_STALL, NEED_ROWS = 0, 1, 2, 3, 4  # status codes every kernel shares (theirs follow)
@@ -349,11 +348,11 @@ class Run:
         blank again from row 0 (the rows' numbers are only written, never read back: a grad
         op's number in its apply)."""
         n_ops, n_in = int(self.st[0]), int(self.st[1])
-        if self.keep or n_ops == n_in == 0:
-            self.ops, self.inputs = doubled_columns(self.ops, self.inputs)
+        self.ops, self.inputs, self.hist, folded = make_room(self.keep, self.ops, self.inputs, n_ops, n_in,
+                                                             self.hist, self.evals)
+        if not folded:
             self.cols = columns_tuple(self.ops, self.inputs)
             return
-        self.hist = fold_rows(self.hist, self.evals, self.ops, self.inputs, n_ops, n_in)
         blank_ops, blank_in = blank_columns(1, 1)
         for table, blank, used in ((self.ops, blank_ops, n_ops), (self.inputs, blank_in, n_in)):
             for k, v in table.items():
@@ -401,7 +400,7 @@ def columns_tuple(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> 
 
 def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links: np.ndarray,
            ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], keep_trace: bool, layout: str,
-           folded_hist: list[tuple[int, int]] | None = None, folded_evals: list[tuple[float, float]] | None = None
+           folded_hist: list[tuple[int, int]], folded_evals: list[tuple[float, float]]
            ) -> tuple[Any, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
     """GossipRecorder.finish (the final eval) and GossipRun.stats: what the fast engines return
     (``folded_*``: the histogram and schedule of rows already folded away, summary-only runs)."""
@@ -418,8 +417,8 @@ def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links
     ops = {k: v[:n_ops] for k, v in ops.items()}
     trace = Trace(trace_header(point, layout), ops, {k: v[:int(st[1])] for k, v in inputs.items()}) \
         if keep_trace else None
-    schedule = (folded_evals or []) + eval_schedule(ops)
-    hist = merge_histograms(folded_hist or [], histogram(inputs["staleness"][:int(st[1])]))
+    schedule = list(folded_evals)
+    hist = fold_rows(folded_hist, schedule, ops, inputs, n_ops, int(st[1]))
     nodes = n // g
     util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
     summary = run_figures(n, K, T, int(st[5]), int(st[6]), float(fst[1]), util(links[nodes:2 * nodes]),

@@ -213,6 +213,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     B = bshare.shape[0]
     nodes = node_links.shape[0] // 2
     leave0 = lam + lam * (B - 1)  # first slot of the buckets' leave-the-node events
+    one = np.empty(1, np.int64)  # a single pushed learner, for SSP's release
     while True:
         if st[18]:  # a minibatch whose stall walk ran out of draws: resume it
             i = st[18] - 1
@@ -444,24 +445,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[14] += 1
             if st[6] == 0:
                 _release_waiting(waiting, st[14], pend, st)
-        elif bound >= 0:
-            # SSP: a learner waits while its count exceeds the slowest's by more than the bound;
-            # every waiting learner has the same count (the slowest + bound + 1 of when it began
-            # to wait), so they all go together when the slowest moves: O(1) per gradient plus
-            # a sort of those released (O(log λ) each)
-            limit = st[11] + bound
-            n = st[14]
-            if n > 0 and done_clock[waiting[0]] <= limit:
-                # the slowest moved; i, which began its gradient within the old limit, is
-                # within the new one too: it goes with them
-                waiting[n] = i
-                _release_waiting(waiting, n + 1, pend, st)
-            elif done_clock[i] <= limit:
-                pend[st[10] % lam] = i
-                st[10] += 1
-            else:
-                waiting[n] = i
-                st[14] = n + 1
+        elif bound >= 0:  # SSP: i waits while its count exceeds the slowest's by more than the bound
+            one[0] = i
+            _release_many(one, 1, st[11] + bound, done_clock, waiting, ready, pend, st)
         else:
             pend[st[10] % lam] = i
             st[10] += 1
@@ -534,10 +520,12 @@ def _tick(i: int, done_clock: np.ndarray, at_clock: np.ndarray, st: np.ndarray) 
 
 def _release_many(pushed: np.ndarray, m: int, limit: int, done_clock: np.ndarray, waiting: np.ndarray,
                   ready: np.ndarray, pend: np.ndarray, st: np.ndarray) -> None:
-    """PSCore._release for an aggregator's message of ``m`` learners (SSP; ``limit``: the slowest
-    count + the bound): every waiting learner has the same count, so they all go when the first
-    may; each pushed learner goes if its count is within the limit, else waits. Those that go
-    pull in index order (appended to the pending ring)."""
+    """PSCore._release after a message of ``m`` learners (one gradient, or an aggregator's; SSP,
+    ``limit``: the slowest count + the bound): every waiting learner has the same count (the
+    slowest's + bound + 1 of when it began to wait), so they all go when the first may, as the
+    slowest moves; each pushed learner goes if its count is within the limit, else waits. Those
+    that go pull in index order (appended to the pending ring): O(1) per gradient plus a sort
+    of those released."""
     n = st[14]
     r = 0
     if n > 0 and done_clock[waiting[0]] <= limit:
@@ -786,6 +774,19 @@ def doubled_columns(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
             {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()})
 
 
+def make_room(keep: bool, ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], n_ops: int, n_in: int,
+              hist: list[tuple[int, int]], evals: list[tuple[float, float]]
+              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[tuple[int, int]], bool]:
+    """Room for a kernel that ran out of trace rows holding ``n_ops`` ops and ``n_in`` inputs:
+    twice the columns when the trace is kept, or when there is nothing to fold (buffers smaller
+    than one event needs even empty); else those rows folded into the histogram and ``evals``.
+    Returns ``(ops, inputs, hist, folded)``; the caller starts its rows over when folded."""
+    if keep or n_ops == n_in == 0:
+        ops, inputs = doubled_columns(ops, inputs)
+        return ops, inputs, hist, False
+    return ops, inputs, fold_rows(hist, evals, ops, inputs, n_ops, n_in), True
+
+
 def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
                      ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
     """The SimPy engine's ``(trace, summary)`` for a covered point (:func:`covers`), fast, with
@@ -890,14 +891,13 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         elif status == NEED_APPLY:
             adraw = np.concatenate([adraw[st[15]:], np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
             st[15] = 0
-        elif status == NEED_FLUSH:
-            # more room: the estimate of the trace's length was short (trace kept), or the buffers
-            # hold less than one event needs even empty (a run of fewer gradients than a group)
-            if keep_trace or (st[4] == st[16] and st[5] == st[17]):
-                ops, inputs = doubled_columns(ops, inputs)
-                cols = cols_of(ops, inputs)
+        elif status == NEED_FLUSH:  # (a kept trace longer than its estimate; a run of fewer gradients than a group)
+            ops, inputs, hist, folded = make_room(keep_trace, ops, inputs, int(st[4] - st[16]), int(st[5] - st[17]),
+                                                  hist, evals)
+            if folded:
+                st[16], st[17] = st[4], st[5]
             else:
-                flush()
+                cols = cols_of(ops, inputs)
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast engine: unknown status {status}")
     end_time = float(fst[1])

@@ -182,9 +182,10 @@ class TraceBuilder:
 
     def last_apply(self) -> tuple[list[int], list[float], list[int], float]:
         """``(grad ops, weights, staleness, epoch)`` of the last apply recorded."""
-        if self.kinds.rfind(APPLY_ONE) == self.kinds.rfind(APPLY) == -1:
+        one, many = self.kinds.rfind(APPLY_ONE), self.kinds.rfind(APPLY)
+        if one == many == -1:
             raise IndexError("last_apply: no apply recorded")
-        if self.kinds.rfind(APPLY_ONE) > self.kinds.rfind(APPLY):
+        if one > many:
             layout = self._pack[APPLY_ONE][0]
             _, _, gop, stale, _, epoch = layout.unpack_from(self._a1, len(self._a1) - layout.size)
             return [gop], [1.0], [stale], epoch
