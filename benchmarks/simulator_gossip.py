@@ -97,12 +97,12 @@ def peak(protocol: str, epochs: float, keep: bool) -> str:
     import subprocess
     import sys
 
-    code = (f"from benchmarks_gossip import scenario_point; from ddlsim.simulator.run import simulate; "
+    code = (f"from {Path(__file__).stem} import scenario_point; from ddlsim.simulator.run import simulate; "
             f"p = scenario_point('sgp-resnet50-10gbe', 'protocol.name=\"{protocol}\"', 'workload.epochs={epochs}'); "
             f"r = simulate(p, 'fast', keep_trace={keep}); print(r.summary['gradients'])")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code.replace("benchmarks_gossip", Path(__file__).stem)],
-                         cwd=Path(__file__).parent, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True,
+                         check=True).stdout
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest child so far (GiB)
     return f"{int(out):,} node-iterations, {wall:.1f} s wall, peak RSS of the children so far {rss:.2f} GiB"
