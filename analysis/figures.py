@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from . import plots
 from ._figure import is_no_data
-from ..simulator.files import atomic_write
+from ..simulator.results_folder import place
 from .results import Results, load_results
 
 FORMATS = ("png", "svg")
@@ -113,19 +113,29 @@ def render_bytes(results: Results, formats: tuple[str, ...] = FORMATS) -> list[t
     return [(spec, {fmt: figure_bytes(fig, fmt) for fmt in formats}) for spec, fig in render(results)]
 
 
-def save_figures(rendered: list[tuple[FigureSpec, dict[str, bytes]]], out: Path) -> list[Path]:
-    """Write each encoded figure as ``out/<name>.<fmt>``, each file atomically; the paths, in order."""
-    return [atomic_write(out / f"{spec.name}.{fmt}", data) for spec, enc in rendered for fmt, data in enc.items()]
+def save_figures(rendered: list[tuple[FigureSpec, dict[str, bytes]]], out: Path, force: bool = False) -> list[Path]:
+    """Write each encoded figure as ``out/<name>.<fmt>``, each file atomically, as ddlsim's files
+    of the results folder holding ``out`` (:mod:`ddlsim.simulator.results_folder`); the figures
+    ddlsim wrote there before and did not draw now (they describe runs that are gone) are
+    deleted. The paths written, in order."""
+    names = [f"{spec.name}.{fmt}" for spec, enc in rendered for fmt in enc]
+    folder, prefix = place(out, force)
+    with folder:
+        folder.claim([prefix + n for n in names])
+        paths = [folder.write(prefix + f"{spec.name}.{fmt}", data) for spec, enc in rendered for fmt, data in enc.items()]
+        drawable = {f"{prefix}{spec.name}.{fmt}" for spec in FIGURES for fmt in FORMATS}
+        folder.remove(f for f in folder.under(prefix) if f in drawable and f not in {prefix + n for n in names})
+    return paths
 
 
 def write_figures(results_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-                  formats: tuple[str, ...] = FORMATS) -> list[Path]:
+                  formats: tuple[str, ...] = FORMATS, force: bool = False) -> list[Path]:
     """Draw every applicable figure of ``results_dir`` and write it as ``<name>.<fmt>``
     for each of ``formats`` into ``out_dir`` (default ``results_dir/figures``), each file
     atomically. Returns the paths written, in catalogue order."""
     results = load_results(results_dir)
     out = Path(out_dir) if out_dir is not None else results.root / "figures"
-    return save_figures(render_bytes(results, formats), out)
+    return save_figures(render_bytes(results, formats), out, force)
 
 
 __all__ = ["FigureSpec", "FIGURES", "render", "render_bytes", "save_figures", "figure_bytes", "write_figures"]

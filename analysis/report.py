@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ._figure import fmt_value
-from ..simulator.files import atomic_write
+from ..simulator.results_folder import write_file
 from .figures import FORMATS, FigureSpec, render_bytes, save_figures
 from .findings import answers, findings, learned
 from .metrics import pareto_front
@@ -40,13 +40,13 @@ tr.diverged td { color: #a33; }
 
 
 def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                 image_format: str = "svg") -> Path:
+                 image_format: str = "svg", force: bool = False) -> Path:
     """Write the report of ``results_dir`` to ``out`` (default ``results_dir/report.html``):
     scenario name, key results, every applicable figure with its explanation, and the
     summary table. Returns the path written."""
     results = load_results(results_dir)
     path = Path(out) if out is not None else results.root / "report.html"
-    return atomic_write(path, report_html(results, image_format))
+    return write_file(path, report_html(results, image_format), force)
 
 
 def write_figures_and_report(results_dir: str | os.PathLike[str]) -> tuple[list[Path], Path]:
@@ -56,7 +56,7 @@ def write_figures_and_report(results_dir: str | os.PathLike[str]) -> tuple[list[
     rendered = render_bytes(results, FORMATS)
     figures = save_figures(rendered, results.root / "figures")
     page = report_html(results, "svg", rendered)
-    return figures, atomic_write(results.root / "report.html", page)
+    return figures, write_file(results.root / "report.html", page)
 
 
 def report_html(results: Results, image_format: str = "svg",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from ..backends.device import resolve_device
 from .advise import advise, check_goal
 from .advise_render import render
-from .cli_common import (add_data_options, add_scenario_options, check_cost, check_data_sets, resolve_scenario,
-                         safe_name)
+from ..simulator.results_folder import ResultsFolder
+from .cli_common import add_data_options, add_scenario_options, check_cost, check_data_sets, out_dir, resolve_scenario
 from .load import load
 
 
@@ -18,15 +17,16 @@ def cmd_advise(args: argparse.Namespace) -> int:
     check_goal(args.budget_s, args.target_error, args.replay, args.jobs)
     scenario = load(resolve_scenario(args.scenario), args.set)
     check_cost(scenario, args.force)
-    if args.device:
-        resolve_device(args.device)  # an unknown or unavailable device fails before any work
+    if args.device is not None:
+        resolve_device(args.device)  # an empty, unknown or unavailable device fails before any work
     if args.replay > 0:  # so does a data set that cannot be read
         check_data_sets(scenario, "replay", args.data_dir, args.download)
-    out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-advise"
+    out = out_dir(args, scenario, "-advise")
     options = {"device": args.device, "data_dir": args.data_dir, "download": args.download}
-    adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,
-                 replay=args.replay, jobs=args.jobs, resume=args.resume, progress=not args.quiet,
-                 options=options)
+    with ResultsFolder.open(out, force=args.force):
+        adv = advise(scenario, out, budget_s=args.budget_s, target_error=args.target_error,
+                     replay=args.replay, jobs=args.jobs, resume=args.resume, progress=not args.quiet,
+                     options=options)
     print(render(adv))
     return 0 if adv.recommendation is not None else 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from ..backends.device import resolve_device
@@ -18,21 +19,31 @@ from .advise_cli import register as register_advise
 from .cli_common import (CATALOGUE, RUN_TABLE, SIM_TABLE, UsageError, add_data_options, add_scenario_options,
                          check_cost, check_data_sets, escape, load_scenario, out_dir, print_table)
 from .schema import ScenarioError
+from ..simulator.results_folder import ResultsFolder
 
-def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
+def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario: Any = None) -> int:
     from .runner import run_sweep
 
-    scenario = load_scenario(args)
+    scenario = scenario or load_scenario(args)  # cmd_run's: its data sets' sizes are known
     check_cost(scenario, args.force)
     out = out_dir(args, scenario)
     options = {}
     if backend:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
                    "batched": not args.no_batch, "stacked": args.stacked}
-    records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
-                        resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
-                        keep_failed=args.keep_failed,
-                        executor=getattr(args, "executor", "local"), scheduler=getattr(args, "scheduler", None))
+    with ResultsFolder.open(out, force=args.force):
+        records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
+                            resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
+                            keep_failed=args.keep_failed, executor=getattr(args, "executor", "local"),
+                            scheduler=getattr(args, "scheduler", None))
+        _print_results(args, scenario, records, backend, out)
+    failed = sum(r["row"].get("error") is not None for r in records)
+    return 1 if failed else 0
+
+
+def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[str, Any]], backend: str | None,
+                   out: Path) -> None:
+    """The table, the findings, and with ``--report`` the figures and the report."""
     table = RUN_TABLE if backend else SIM_TABLE
     if backend == "live":  # the time the live run took, not the simulation's prediction
         table = [("measured_time_s", "measured") if k == "sim_time_s" else (k, h) for k, h in table]
@@ -54,8 +65,6 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None) -> int:
         if figures:
             print(f"figures: {len(figures)} files in {figures[0].parent}")
         print(f"report: {report}")
-    failed = sum(r["row"].get("error") is not None for r in records)
-    return 1 if failed else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -64,10 +73,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args)
     name = args.backend or scenario.base["backend"]
     get_backend(name)  # unknown names fail before any work
-    if args.device:
-        resolve_device(args.device)  # an unknown or unavailable device, too
+    if name == "live":
+        from ..backends.live import check_live_size
+
+        check_live_size(scenario.points(), args.force)  # more processes than this machine should start, too
+    if args.device is not None:
+        resolve_device(args.device)  # an empty, unknown or unavailable device, too
     check_data_sets(scenario, name, args.data_dir, args.download)  # and unreadable data, too
-    return cmd_simulate(args, backend=name)
+    return cmd_simulate(args, backend=name, scenario=scenario)
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -98,10 +111,26 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from ..simulator import trace as tracemod
 
     t = tracemod.read(args.path)
+    tracemod.check_replayable(t, args.path)  # what `ddlsim trace` accepts, `ddlsim replay` can execute
     kinds = {name: int((t.ops["kind"] == k).sum()) for k, name in enumerate(tracemod.KIND_NAMES)}
-    print(f"{args.path}: schema {t.header['schema_version']}, protocol {t.header.get('protocol')}, "
-          f"nodes {t.header.get('nodes')}, ops {t.n_ops} " + " ".join(f"{k}={v}" for k, v in kinds.items()))
+    print(f"{escape(args.path)}: schema {t.header['schema_version']}, protocol {escape(str(t.header.get('protocol')))}, "
+          f"{_trace_members(t)}, ops {t.n_ops} " + " ".join(f"{k}={v}" for k, v in kinds.items()))
     return 0
+
+
+def _trace_members(t: Any) -> str:
+    """Who ran a trace: a parameter-server trace's learners (those its grad ops name; its one
+    state is the server's), else its nodes."""
+    import numpy as np
+
+    from ..simulator import trace as tracemod
+    from ..simulator.protocols.catalog import PS, SPECS
+
+    spec = SPECS.get(t.header.get("protocol", ""))
+    if spec is None or spec.family != PS:
+        return f"nodes {t.header['nodes']}"
+    learners = np.count_nonzero(np.bincount(t.ops["node"][t.ops["kind"] == tracemod.GRAD], minlength=1))
+    return f"learners {learners}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,8 +226,10 @@ def _error(message: str) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse option combinations that would be silently ignored."""
-    if getattr(args, "scheduler", None) and getattr(args, "executor", "local") != "dask":
-        raise UsageError(f"--scheduler {args.scheduler}: only with --executor dask")
+    if getattr(args, "scheduler", None) is not None:
+        from .executors import check_executor
+
+        check_executor(getattr(args, "executor", "local"), args.scheduler)  # and a scheduler answers there
 
 
 def _terminate(signum: int, frame: Any) -> None:

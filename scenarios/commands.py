@@ -9,7 +9,9 @@ from typing import Any
 
 from ..backends.device import resolve_device
 from ..simulator.catalog import FILE_DATASETS, TRAINABLE_MODELS
-from .cli_common import resolve_scenario, results_of, safe_name
+from .cli_common import out_dir, resolve_scenario, safe_name
+from ..simulator.files import check_target, read_bounded
+from ..simulator.results_folder import ResultsFolder
 from .schema import ScenarioError
 
 
@@ -24,6 +26,8 @@ def _results_dir(path: str) -> Path:
             header = next(csv.reader(f), [])
     except UnicodeDecodeError:
         raise ScenarioError(f"{p / 'summary.csv'}: not UTF-8 text (not a ddlsim summary)") from None
+    except csv.Error as e:  # e.g. a header field beyond the csv module's field limit
+        raise ScenarioError(f"{p / 'summary.csv'}: not a readable CSV table ({e})") from None
     if "run_id" not in header:
         shown = ", ".join(header[:6]) + (", …" if len(header) > 6 else "") or "none"
         raise ScenarioError(f"{p / 'summary.csv'}: not a ddlsim summary (no run_id column; columns: {shown})")
@@ -34,7 +38,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..analysis.figures import write_figures
 
     results = _results_dir(args.results)
-    files = write_figures(results, args.out)
+    with ResultsFolder.open(results, force=args.force):
+        files = write_figures(results, args.out, force=args.force)
     if not files:
         raise ScenarioError(f"{results}: no figure applies (its tables have no runs with times, "
                             "errors or staleness to draw)")
@@ -46,8 +51,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from ..analysis.report import write_report
 
-    print(f"report: {write_report(_results_dir(args.results), args.out)}")
+    results = _results_dir(args.results)
+    with ResultsFolder.open(results, force=args.force):
+        print(f"report: {write_report(results, args.out, force=args.force)}")
     return 0
+
+
+PROFILE_HEAD = b"# ddlsim compute profile"  # the first line calibrate writes
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -63,10 +73,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≤ 1000000")
     resolve_device(args.device)
     out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
-    if out.is_dir():
-        raise ScenarioError(f"--out {out}: is a directory; name the profile file")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_target(out)  # a link (dangling or not), a directory, a device: refused before anything
     existed = out.exists()
+    if existed and not args.force and not read_bounded(out, 1 << 20, "profile").startswith(PROFILE_HEAD):
+        raise ScenarioError(f"--out {out}: exists and is not a profile ddlsim wrote; name another file, or --force")
+    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a"):  # writable? (fails now, not after the measurements)
         pass
     def cycle_point(apply_s: float, bandwidth_Bps: float) -> dict:
@@ -94,26 +105,48 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+VALIDATE_FILES = ["validation.csv", "validation.png", "validation.svg"]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .load import load
-    from .validate import median_abs_error, validate
+    from .validate import check_points, table_lines, validate
 
     scenario = load(resolve_scenario(args.scenario), args.set)
-    out = Path(args.out) if args.out else Path("results") / f"{safe_name(scenario.base['name'])}-validate"
-    other = results_of(out)
-    if other is not None and other != scenario.base["name"] and not args.force:
-        raise ScenarioError(f"--out {out}: holds the results of scenario {other!r}; choose another --out or --force")
+    out = out_dir(args, scenario, "-validate")
     resolve_device(args.device)
-    rows = validate(scenario, out, args.profile, progress=not args.quiet, resume=args.resume, device=args.device)
-    print(f"{'run':30s} {'measured s/epoch':>16s} {'simulated':>10s} {'rel err':>8s} {'σ live':>7s} "
-          f"{'σ sim':>7s} {'σ TV':>6s}")
-    for r in rows:
-        print(f"{r['run_id']:30s} {r['measured_time_per_epoch_s']:16.4f} {r['simulated_time_per_epoch_s']:10.4f} "
-              f"{r['time_rel_error']:+8.1%} {r['measured_staleness_mean']:7.2f} {r['simulated_staleness_mean']:7.2f} "
-              f"{r['staleness_tv_distance']:6.3f}")
-    print(f"median |relative error| of time per epoch: {median_abs_error(rows):.1%}")
-    print(f"table: {out / 'validation.csv'}  figure: {out / 'validation.png'}")
+    check_points(scenario.points(), args.profile, args.force)  # profile, live refusals, size: before any write
+    with ResultsFolder.open(out, force=args.force) as folder:
+        if folder.info.get("scenario") not in (None, scenario.base["name"]) and not args.force:
+            raise ScenarioError(f"--out {out}: holds the results of scenario {folder.info['scenario']!r}; choose "
+                                "another --out or --force")
+        folder.info["scenario"] = scenario.base["name"]
+        folder.claim(VALIDATE_FILES)
+        rows = validate(scenario, out, args.profile, progress=not args.quiet, resume=args.resume,
+                        device=args.device, force=args.force)
+    for line in table_lines(rows, out):  # a figure that is not a number is "n/a", never "nan%"
+        print(line)
     return 0
+
+
+def _recorded_point(where: str, tree: Any) -> dict[str, Any]:
+    """The scenario point a trace records, validated as a scenario file's keys are (each key
+    known, of its type and range; the cross-key rules), the keys it lacks at their defaults;
+    its [workload] and [optimizer] tables, what the replay trains with, must be there."""
+    from .load import Scenario, _flatten, _validated
+    from .schema import FIELD_BY_KEY, defaults, set_dotted
+
+    for table in ("workload", "optimizer"):
+        if not isinstance(tree, dict) or not isinstance(tree.get(table), dict):
+            raise ScenarioError(f"{where}: lacks the [{table}] table; pass --scenario FILE [--point N]")
+    base, keys = defaults(), set()
+    for key, value in _flatten(tree):
+        f = FIELD_BY_KEY.get(key)
+        if f is not None and f.kind == "float" and value in ("inf", "-inf", "nan"):
+            value = float(value)  # strict JSON spells a non-finite number so (docs/trace.md)
+        set_dotted(base, key, _validated(where, key, value))
+        keys.add(key)
+    return Scenario(where, base, [], frozenset(keys)).points()[0]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -122,45 +155,56 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from ..backends.base import RunOptions
-    from ..backends.replay import ReplayBackend
     from ..simulator import trace as trace_io
-    from ..simulator.files import atomic_write
     from ..simulator.stats import staleness_histogram, staleness_stats
-    from .load import load
-    from .runner import _staleness_csv, lead_values, store_result, write_tables
+    from .load import load, point_hash
+    from .runner import _staleness_csv, lead_values, prepare_folder, store_result, write_tables
 
     trace = trace_io.read(args.trace)
+    trace_io.check_replayable(trace, args.trace)  # before any scenario, data or model is loaded
     if args.scenario:
         points = load(resolve_scenario(args.scenario), args.set).points()
         if not 0 <= args.point < len(points):
             raise ScenarioError(f"--point {args.point}: the sweep has {len(points)} points")
         point = points[args.point]
-    elif isinstance(trace.header.get("replay_point"), dict):
-        point = {**trace.header["replay_point"], "_id": f"replay-{Path(args.trace).parent.name or 'trace'}"}
+    elif "replay_point" in trace.header:
+        point = {**_recorded_point(f"{args.trace}: header 'replay_point'", trace.header["replay_point"]),
+                 "_id": f"replay-{Path(args.trace).parent.name or 'trace'}"}
     else:
         raise ScenarioError(f"{args.trace}: the trace does not record its optimizer settings (a simulated trace "
                             "shared by several points); pass --scenario FILE [--point N]")
     point.setdefault("_id", f"replay-{Path(args.trace).parent.name or 'trace'}")
-    resolve_device(args.device)
     out = Path(args.out) if args.out else Path("results") / safe_name(point["_id"])
-    t0 = time.perf_counter()
-    result = ReplayBackend().run(trace, point, RunOptions(device=args.device, data_dir=args.data_dir))
-    row = {**lead_values(point), **staleness_stats(trace.inputs["staleness"]), **result.summary}
-    if trace.header.get("measured"):
-        from ..backends.live import measured_summary
+    with ResultsFolder.open(out, force=args.force) as folder:
+        prepare_folder(folder, str(point.get("name", "replay")), {point["_id"]: point_hash(point)}, {point["_id"]},
+                       "replay", traces=False)
+        resolve_device(args.device)
+        from ..backends.base import RunOptions
+        from ..backends.replay import ReplayBackend
 
-        row.update(measured_summary(trace))
-        row["sim_time_s"] = row["measured_time_s"]
-    row.update({"error": None, "wall_s": time.perf_counter() - t0})
-    record = {"hash": trace.header.get("run_id", ""), "row": row,
-              "curves": [{"run_id": point["_id"], **c} for c in result.curves],
-              "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
-    atomic_write(out / "scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
-                                                    "target_error": point["workload"]["target_error"]}))
-    atomic_write(out / "runs" / point["_id"] / "staleness.csv", _staleness_csv(staleness_histogram(trace)))
-    store_result(out, record)
-    write_tables(out, [record])
+        t0 = time.perf_counter()
+        result = ReplayBackend().run(trace, point, RunOptions(device=args.device, data_dir=args.data_dir))
+        row = {**lead_values(point), **staleness_stats(trace.inputs["staleness"]), **result.summary}
+        if trace.header.get("measured"):
+            from ..backends.live import measured_summary
+
+            row.update(measured_summary(trace))
+            row["sim_time_s"] = row["measured_time_s"]
+        row.update({"error": None, "wall_s": time.perf_counter() - t0})
+        record = {"hash": trace.header.get("run_id", ""), "row": row,
+                  "curves": [{"run_id": point["_id"], **c} for c in result.curves],
+                  "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
+        folder.write("scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
+                                                  "target_error": point["workload"]["target_error"]}))
+        folder.write(f"runs/{point['_id']}/staleness.csv", _staleness_csv(staleness_histogram(trace)))
+        store_result(out, record)
+        write_tables(out, [record])
+        _replay_report(args, row, out)
+    return 0
+
+
+def _replay_report(args: argparse.Namespace, row: dict[str, Any], out: Path) -> None:
+    """What ``ddlsim replay`` prints, and its figures and report."""
     print(f"final test error {row['final_test_error']:.4g}, best {row['best_test_error']:.4g}")
     print(f"results: {out / 'summary.csv'}")
     if not args.no_report:
@@ -170,7 +214,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if figures:
             print(f"figures: {len(figures)} files in {figures[0].parent}")
         print(f"report: {report}")
-    return 0
 
 
 def register(sub: Any) -> None:
@@ -178,10 +221,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("plot", help="draw the tradeoff figures of a results directory (PNG and SVG)")
     p.add_argument("results", help="results directory")
     p.add_argument("--out", help="figure directory (default RESULTS/figures)")
+    p.add_argument("--force", action="store_true", help="overwrite figure files ddlsim did not write")
     p.set_defaults(func=cmd_plot)
     p = sub.add_parser("report", help="write one self-contained HTML report of a results directory")
     p.add_argument("results", help="results directory")
     p.add_argument("--out", help="HTML file (default RESULTS/report.html)")
+    p.add_argument("--force", action="store_true", help="overwrite a report file ddlsim did not write")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("calibrate", help="measure compute, server and loopback network costs; write a profile")
     p.add_argument("--model", default="mlp", choices=TRAINABLE_MODELS, help="model to time (default mlp)")
@@ -193,6 +238,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-cycle", action="store_true",
                    help="latency from the raw ping-pong instead of a short live push-pull run")
     p.add_argument("--out", help="profile file (default profiles/MODEL-DATASET-DEVICE.toml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file that is not a ddlsim profile")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run the sweep live and simulated; compare time, throughput, staleness",
                        description="Run every point live and simulated and compare them. Live runs go one at a "
@@ -217,4 +263,6 @@ def register(sub: Any) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that holds other results or files ddlsim did not write")
     p.set_defaults(func=cmd_replay)

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..analysis.table import csv_safe
-from ..simulator.files import atomic_write, read_bounded, remove_stale_temporaries
+from ..simulator.files import FileRefused, atomic_write, read_bounded
+from ..simulator.results_folder import ResultsFolder
 from ..simulator.protocols import spec_of
 from .executors import make_executor, stop_executor
 from .load import Scenario, point_hash, simulation_key
@@ -237,9 +238,11 @@ def load_result(out_dir: Path, point: dict[str, Any], traces: bool = False,
             return None, "missing staleness.csv"
         if traces:
             try:
-                tracemod.read(run_dir / "trace.ddlt")
+                header = tracemod.read(run_dir / "trace.ddlt").header
             except tracemod.TraceError:
                 return None, "missing or corrupt trace"
+            if header.get("run_id") != record["row"].get("sim_id"):
+                return None, "another simulation's trace"
     return record, ""
 
 
@@ -275,7 +278,7 @@ def write_tables(out_dir: Path, records: list[dict[str, Any]]) -> None:
 def _csv(cols: list[str], rows: Iterable[dict[str, Any]]) -> bytes:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(cols)
+    w.writerow([csv_safe(c) for c in cols])
     for r in rows:
         w.writerow([_fmt_cell(r.get(c)) for c in cols])
     return buf.getvalue().encode()
@@ -304,25 +307,35 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
                backend: str | None = None, options: dict[str, Any] | None = None, jobs: int | None = None,
                resume: bool = False, executor: str = "local", scheduler: str | None = None,
                progress: bool = True, engine: str = "auto", traces: bool = False, keep_failed: bool = False,
-               on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+               on_record: Callable[[dict[str, Any]], None] | None = None,
+               force: bool = False, keep_others: bool = False) -> list[dict[str, Any]]:
     """Run ``points`` (some or all of ``scenario``'s) into ``out_dir``; return the result
     records in their order. Without ``resume`` an existing result of a point is recomputed;
     with it, kept if it verifies (:func:`load_result`; failed points are retried unless
     ``keep_failed``). Points that differ only in keys the simulator ignores share one simulation
-    (one task); ``traces``: also write each point's ``trace.ddlt``; ``engine``: the
-    simulator's (:func:`ddlsim.simulator.run.simulate`).
+    (one task); ``keep_others``: runs of other points in ``out_dir`` stay (a cache of runs);
+    ``traces``: also write each point's ``trace.ddlt``; ``engine``: the
+    simulator's (:func:`ddlsim.simulator.run.simulate`). ``out_dir`` is a
+    :class:`~ddlsim.simulator.results_folder.ResultsFolder`: :func:`prepare_folder` refuses,
+    before anything is written, a sweep that would delete or replace results it does not
+    recompute the same way (unless ``force``).
     """
-    out = Path(out_dir).resolve()  # workers (local or Dask) write here, whatever their cwd
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "scenario.json", json.dumps(
-        {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
-         "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
-         "points": [p["_id"] for p in points]}, indent=1).encode())
+    with ResultsFolder.open(out_dir, force) as folder:
+        return _run_points_in(folder, scenario, points, backend=backend, options=options, jobs=jobs,
+                              resume=resume, executor=executor, scheduler=scheduler, progress=progress,
+                              engine=engine, traces=traces, keep_failed=keep_failed, on_record=on_record,
+                              keep_others=keep_others)
+
+
+def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[str, Any]], *,
+                   backend: str | None, options: dict[str, Any] | None, jobs: int | None, resume: bool,
+                   executor: str, scheduler: str | None, progress: bool, engine: str, traces: bool,
+                   keep_failed: bool, on_record: Callable[[dict[str, Any]], None] | None,
+                   keep_others: bool) -> list[dict[str, Any]]:
+    out = folder.root  # absolute: workers (local or Dask) write here, whatever their cwd
     records: list[dict[str, Any] | None] = [None] * len(points)
     todo = []
     why: dict[str, int] = {}
-    remove_stale_temporaries(out)  # left by a killed run's atomic writes
-    _remove_other_runs(out, {p["_id"] for p in points})
     for idx, p in enumerate(points):
         stored, reason = load_result(out, p, traces, keep_failed) if resume else (None, "")
         if stored is not None:
@@ -331,7 +344,13 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
             todo.append(idx)
             if reason and reason != "not run yet":
                 why[reason] = why.get(reason, 0) + 1
-    if resume and progress:
+    prepare_folder(folder, str(scenario.base["name"]), {p["_id"]: point_hash(p) for p in points},
+                   {points[i]["_id"] for i in todo}, backend, traces, keep_others)
+    folder.write("scenario.json", json.dumps(
+        {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
+         "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
+         "points": [p["_id"] for p in points]}, indent=1).encode())
+    if resume and progress and (len(todo) < len(points) or why):
         detail = "; ".join(f"{n} {r}" for r, n in sorted(why.items()))
         print(f"resume: kept {len(points) - len(todo)}, running {len(todo)}" + (f" (recomputed: {detail})"
               if detail else ""), file=sys.stderr)
@@ -389,19 +408,71 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
     return done
 
 
-def _remove_other_runs(out: Path, keep: set[str]) -> None:
-    """Delete the run folders of points this sweep does not have (an earlier sweep into the
-    same folder): the folder then holds what summary.csv lists. Only folders ddlsim made (with
-    a result.json, or empty) are touched."""
-    import shutil
+def run_files(point_id: str, backend: str | None, traces: bool) -> list[str]:
+    """The files a point's run writes, relative to the results folder."""
+    base = f"runs/{point_id}/"
+    files = [base + "staleness.csv", base + RESULT]
+    if traces:
+        files.append(base + "trace.ddlt")
+    if backend not in (None, "replay"):
+        files.append(base + "measured.ddlt")
+    return files
 
-    runs = out / "runs"
-    if not runs.is_dir():
-        return
-    for d in runs.iterdir():
-        if d.name not in keep and d.is_dir() and not d.is_symlink() and (
-                (d / RESULT).is_file() or not any(d.iterdir())):
-            shutil.rmtree(d, ignore_errors=True)
+
+TABLES = ["scenario.json", "summary.csv", "curves.csv"]
+DERIVED = ("figures/", "report.html")  # drawn from the tables: stale once the runs change
+
+
+def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], redo: set[str],
+                   backend: str | None, traces: bool, keep_others: bool = False) -> None:
+    """Make ``folder`` ready for a sweep of scenario ``name`` whose points are ``hashes`` (run
+    id → point hash) and that (re)computes the runs ``redo``, or refuse in one line with
+    nothing written.
+
+    Refused unless ``folder.force``: a run of another sweep that this one would delete, a run
+    it would recompute from another point (another hash), a run with a backend's results
+    (accuracy) that it would replace by another backend's or by none, and any file it would
+    write that ddlsim did not (the user's own summary.csv). Then the dropped runs' files and
+    the figures and report drawn from the old tables go (ddlsim's files only), temporaries
+    of interrupted writes go, and the planned files and runs are recorded. ``keep_others``:
+    the folder is a cache of runs (advise's replays), and runs of other points stay.
+    """
+    dropped = [] if keep_others else [r for r in folder.runs if r not in hashes]
+    changed = [r for r in redo if r in folder.runs and folder.runs[r].get("hash") != hashes[r]]
+    lost = [r for r in redo if r in folder.runs and folder.runs[r].get("backend") not in (None, backend)]
+    if (dropped or changed or lost) and not folder.force:
+        held = folder.info.get("scenario")
+        what = []
+        if dropped:
+            what.append(f"delete {len(dropped)} runs this sweep does not have")
+        if changed:
+            what.append(f"replace {len(changed)} runs by other points of the same name")
+        if lost:
+            kinds = sorted({str(folder.runs[r]["backend"]) for r in lost})
+            what.append(f"drop the {'/'.join(kinds)} results of {len(lost)} runs"
+                        + (" (a simulation keeps no accuracy)" if backend is None else f" for {backend}'s"))
+        raise FileRefused(f"--out {folder.root}: holds {len(folder.runs)} runs of "
+                          + (f"scenario {held!r}" if held else "another sweep") + "; this command would "
+                          + " and ".join(what) + ": choose another --out, or --force to replace them")
+    planned = list(TABLES)
+    for r in redo:
+        planned += run_files(r, backend, traces)
+    folder.claim(planned)
+    for r in hashes:  # the kept runs' files, verified by load_result, are ddlsim's
+        if r not in redo:
+            folder.files.update(f for f in run_files(r, backend, traces) if (folder.root / f).is_file())
+    stale = [f for r in dropped for f in folder.under(f"runs/{r}/")]
+    if redo or dropped:
+        stale += [f for d in DERIVED for f in folder.under(d)]
+    folder.remove(stale)
+    folder.remove_temporaries()
+    for r in dropped:
+        del folder.runs[r]
+    for r, h in hashes.items():
+        if r in redo or r not in folder.runs:
+            folder.runs[r] = {"hash": h, "backend": backend}
+    folder.info.update({"scenario": name, "points": len(hashes)})
+    folder.save()
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

@@ -53,18 +53,6 @@ def read_bounded(path: str | os.PathLike[str], limit: int = MAX_READ_BYTES, what
     return data
 
 
-def remove_stale_temporaries(folder: Path) -> int:
-    """Delete the ``.*.tmp`` files an interrupted atomic write left in ``folder`` and its
-    sub-folders; how many."""
-    count = 0
-    if folder.is_dir():
-        for tmp in folder.rglob(".*.tmp"):
-            if tmp.is_file() and not tmp.is_symlink():
-                tmp.unlink(missing_ok=True)
-                count += 1
-    return count
-
-
 def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[bytes]) -> Path:
     """Write ``data`` (text is UTF-8; an iterable of byte strings is written piece by piece)
     to ``path`` atomically, mode 0644; return the path."""

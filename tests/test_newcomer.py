@@ -86,13 +86,17 @@ def test_bundled_name_wins_over_a_results_folder_of_that_name(tmp_path: Path):
     assert len(rows(tmp_path / "o" / "summary.csv")) == 6
 
 
-def test_a_second_sweep_into_a_folder_leaves_only_its_own_run_folders(tmp_path: Path):
+def test_a_second_sweep_into_a_folder_is_refused_then_with_force_leaves_only_its_own_run_folders(tmp_path: Path):
     (tmp_path / "s.toml").write_text(SMALL + '[sweep]\n"cluster.learners" = [2, 4, 8]\n')
     out = tmp_path / "o"
     assert cli("simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet",
                "--set", "cluster.minibatch=[8,16]").returncode == 0
     assert len(list((out / "runs").iterdir())) == 6
-    assert cli("simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet").returncode == 0
+    before = (out / "summary.csv").read_bytes()
+    proc = cli("simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet")
+    assert proc.returncode == 2 and "would delete 3 runs" in proc.stderr and "--force" in proc.stderr
+    assert (out / "summary.csv").read_bytes() == before and len(list((out / "runs").iterdir())) == 6
+    assert cli("simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--force").returncode == 0
     listed = {r["run_id"] for r in rows(out / "summary.csv")}
     assert len(listed) == 3 and {p.name for p in (out / "runs").iterdir()} == listed
 

@@ -1,0 +1,230 @@
+"""No file lost or replaced without a word: what ddlsim deletes and overwrites in a results
+folder, through the CLI as a user runs it. The truth each test holds to is the user's own
+files, byte for byte, before and after."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ddlsim.scenarios.cli import main
+from ddlsim.scenarios.runner import write_tables
+from ddlsim.simulator.results_folder import MANIFEST, ResultsFolder
+
+SCENARIO = """
+name = "folder"
+[workload]
+epochs = 0.3
+[cluster]
+learners = 2
+minibatch = 8
+[protocol]
+name = "async"
+"""
+SWEEP = SCENARIO + '[sweep]\n"cluster.minibatch" = [8, 16]\n'
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Exit status and stderr of one ``ddlsim`` command run in-process."""
+    rc = main(list(args) + ["--quiet"] if args[0] in ("simulate", "run") else list(args))
+    return rc, capsys.readouterr().err
+
+
+def refused(rc: int, err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("ddlsim: error: "), err
+    assert all(n in lines[0] for n in needles), err
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` (links not followed) and its bytes."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = Path(d) / n
+            if not p.is_symlink():
+                out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    (tmp_path / "s.toml").write_text(SWEEP)
+    return tmp_path / "s.toml"
+
+
+def test_a_copied_scenario_writes_into_a_folder_named_after_its_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "demo", "--quiet", "--set", "workload.epochs=0.1", "--set", "cluster.learners=2",
+                 "--set", "cluster.minibatch=8"]) == 0
+    demo = snapshot(tmp_path / "results" / "demo")
+    text = (Path(__file__).parents[1] / "scenarios" / "catalogue" / "demo.toml").read_text()
+    (tmp_path / "my.toml").write_text(text)  # `ddlsim scenarios --show demo > my.toml`: still name = "demo"
+    assert main(["simulate", "my.toml", "--quiet", "--set", "workload.epochs=0.1", "--set", "cluster.learners=4",
+                 "--set", "cluster.minibatch=8"]) == 0
+    assert snapshot(tmp_path / "results" / "demo") == demo
+    assert len(list((tmp_path / "results" / "my" / "runs").iterdir())) == 6
+
+
+def test_a_summary_csv_of_the_users_is_never_replaced(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "summary.csv").write_text("x,y\n1,2\n")
+    before = snapshot(out)
+    for cmd in (["simulate"], ["run", "--resume", "--no-report"]):
+        refused(*run(capsys, *cmd, str(scenario), "--out", str(out)), "summary.csv", "did not write", "--force")
+        assert snapshot(out) == before
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--force")[0] == 0
+    assert "run_id" in (out / "summary.csv").read_text()
+
+
+def test_the_users_files_in_out_survive_every_run(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    (out / "runs" / "exp1").mkdir(parents=True)
+    (out / "runs" / "exp1" / "model.pt").write_bytes(b"weights")
+    (out / "runs" / "exp1" / "result.json").write_text("{}")  # looks like a run folder; is the user's
+    (out / "notes").mkdir()
+    (out / "notes" / ".draft.tmp").write_text("draft")
+    (out / ".summary.csv.x.tmp").write_text("not ddlsim's either")
+    mine = snapshot(out)
+    assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--set", "cluster.minibatch=8", "--force")[0] == 0
+    after = snapshot(out)
+    assert {k: after.get(k) for k in mine} == mine
+    assert len([r for r in csv.DictReader(open(out / "summary.csv"))]) == 1
+
+
+def test_a_killed_writes_temporaries_go_and_the_users_stay(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
+    fd, name = tempfile.mkstemp(dir=out, prefix=".summary.csv.", suffix=".tmp")  # as atomic_write names it
+    os.write(fd, b"half")  # and leaves it when killed mid-write
+    os.close(fd)
+    left = Path(name)
+    theirs = out / ".notes.tmp"
+    theirs.write_text("mine")
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--resume")[0] == 0
+    assert not left.exists() and theirs.read_text() == "mine"
+
+
+def test_nothing_is_written_or_deleted_through_a_symbolic_link(tmp_path: Path, scenario: Path, capsys) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "thesis.tex").write_text("chapter 1")
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "runs").symlink_to(outside)
+    refused(*run(capsys, "simulate", str(scenario), "--out", str(out)), "symbolic link")
+    assert snapshot(outside) == {"thesis.tex": b"chapter 1"} and sorted(os.listdir(out)) == ["runs"]
+    # a run folder that is a link, met by --resume
+    out2 = tmp_path / "o2"
+    assert run(capsys, "simulate", str(scenario), "--out", str(out2))[0] == 0
+    run_dir = next((out2 / "runs").iterdir())
+    (tmp_path / "moved").mkdir()
+    for f in run_dir.iterdir():
+        f.rename(tmp_path / "moved" / f.name)
+    run_dir.rmdir()
+    run_dir.symlink_to(tmp_path / "moved")
+    (tmp_path / "moved" / "result.json").unlink()  # so the point is recomputed, through the link
+    moved = snapshot(tmp_path / "moved")
+    refused(*run(capsys, "simulate", str(scenario), "--out", str(out2), "--resume"), "symbolic link")
+    assert snapshot(tmp_path / "moved") == moved
+
+
+def test_calibrate_refuses_a_dangling_link_and_keeps_it(tmp_path: Path, capsys) -> None:
+    link = tmp_path / "profile.toml"
+    link.symlink_to(tmp_path / "elsewhere" / "p.toml")
+    refused(*run(capsys, "calibrate", "--out", str(link), "--no-network"), "symbolic link")
+    assert link.is_symlink() and not (tmp_path / "elsewhere").exists()
+    notes = tmp_path / "notes.toml"
+    notes.write_text("my notes\n")
+    refused(*run(capsys, "calibrate", "--out", str(notes), "--no-network"), "not a profile ddlsim wrote")
+    assert notes.read_text() == "my notes\n"
+
+
+def test_a_simulation_does_not_drop_a_replays_accuracy(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "o"
+    assert run(capsys, "run", str(tmp_path / "s.toml"), "--out", str(out), "--no-report", "--device", "cpu")[0] == 0
+    curves = (out / "curves.csv").read_bytes()
+    assert curves.count(b"\n") > 2
+    refused(*run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(out)), "replay results", "--force")
+    assert (out / "curves.csv").read_bytes() == curves
+    # a simulation that keeps the stored result (--resume) drops nothing, and is allowed
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(out), "--resume")[0] == 0
+    assert (out / "curves.csv").read_bytes() == curves
+
+
+def test_changed_points_of_the_same_name_are_not_replaced_silently(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
+    before = snapshot(out)
+    refused(*run(capsys, "simulate", str(scenario), "--out", str(out), "--set", "seed=7"), "would delete 2 runs")
+    assert snapshot(out) == before
+    # the same sweep again recomputes the same numbers: allowed, and the tables are the same
+    assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
+    assert (out / "summary.csv").read_text().count("\n") == before["summary.csv"].decode().count("\n")
+
+
+def test_stale_figures_go_with_the_runs_they_describe(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--report")[0] == 0
+    drawn = sorted(p.name for p in (out / "figures").iterdir())
+    assert drawn and (out / "report.html").is_file()
+    (out / "figures" / "my-own.png").write_bytes(b"user's")
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--set", "cluster.minibatch=8", "--force")[0] == 0
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["my-own.png"]
+    assert not (out / "report.html").exists()
+    rc = main(["plot", str(out)])
+    assert rc == 0 and "my-own.png" in os.listdir(out / "figures")
+
+
+def test_one_writer_per_folder(tmp_path: Path, scenario: Path) -> None:
+    out = tmp_path / "o"
+    with ResultsFolder.open(out):  # another ddlsim, writing
+        proc = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", str(scenario), "--out", str(out),
+                               "--quiet"], capture_output=True, text=True, timeout=300)
+    refused(proc.returncode, proc.stderr, "another ddlsim command is writing into this folder")
+    assert not (out / "summary.csv").exists()
+
+
+def test_resume_with_traces_does_not_keep_another_points_trace(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO + '[sweep]\n"cluster.learners" = [2, 3]\n')
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(out), "--traces")[0] == 0
+    a, b = sorted((out / "runs").iterdir())
+    ta, tb = (a / "trace.ddlt").read_bytes(), (b / "trace.ddlt").read_bytes()
+    assert ta != tb
+    (a / "trace.ddlt").write_bytes(tb)  # a's folder now holds b's (valid) trace
+    rc = main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--traces", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "1 another simulation's trace" in err
+    assert (a / "trace.ddlt").read_bytes() == ta
+
+
+def test_a_crafted_column_name_reaches_summary_csv_as_text(tmp_path: Path) -> None:
+    with ResultsFolder.open(tmp_path):
+        write_tables(tmp_path, [{"row": {"run_id": "r", '=HYPERLINK("x")': 1}, "curves": []}])
+    header = next(csv.reader(open(tmp_path / "summary.csv")))
+    assert "'=HYPERLINK(\"x\")" in header and not any(h.startswith("=") for h in header)
+
+
+def test_the_manifest_lists_only_what_ddlsim_wrote(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(scenario), "--out", str(out), "--report")[0] == 0
+    files = set(json.loads((out / MANIFEST).read_text())["files"])
+    on_disk = {f for f in snapshot(out) if f != MANIFEST}
+    assert on_disk <= files
+    assert {"summary.csv", "curves.csv", "scenario.json", "report.html"} <= files
+
+
+def test_python_dash_m_ddlsim_is_the_command() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ddlsim", "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("ddlsim ")
