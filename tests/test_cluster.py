@@ -204,14 +204,15 @@ def test_ps_buckets_overlap_the_push_with_backward() -> None:
 
 def test_infinite_bandwidth_runs_end_to_end_through_the_cli(tmp_path: Path) -> None:
     # truth: docs/scenarios.md — bandwidth_Bps = inf means free transfers; simulate and run work
-    out = tmp_path / "r"
     for cmd in ("simulate", "run"):
+        out = tmp_path / cmd  # a run replacing the simulation's 18 points would need --force
         proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
                                "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
                                "--set", 'protocol.name="async"', "--set", 'optimizer.lr_policy="constant"',
                                "--set", "cluster.learners=30", "--set", "cluster.minibatch=8", "--no-report"] if cmd == "run" else
                               [sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
-                               "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf"],
+                               "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
+                               "--set", "cluster.learners=[1,30]"],
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-1500:]
         assert "Traceback" not in proc.stderr
