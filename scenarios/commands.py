@@ -175,10 +175,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                             "shared by several points); pass --scenario FILE [--point N]")
     point.setdefault("_id", f"replay-{Path(args.trace).parent.name or 'trace'}")
     out = Path(args.out) if args.out else Path("results") / safe_name(point["_id"])
+    resolve_device(args.device)
     with ResultsFolder.open(out, force=args.force) as folder:
         prepare_folder(folder, str(point.get("name", "replay")), {point["_id"]: point_hash(point)}, {point["_id"]},
                        "replay", traces=False)
-        resolve_device(args.device)
         from ..backends.base import RunOptions
         from ..backends.replay import ReplayBackend
 

@@ -161,18 +161,27 @@ def replay_key(point: dict[str, Any], staleness: Any) -> str:
 def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: list[list[dict[str, Any]]],
                  walls: list[float]) -> None:
     """The backend for each point, once per distinct replay (rows and curves shared)."""
-    from ..backends.base import RunOptions
+    from dataclasses import replace
+
+    from ..backends.base import PointProgress, RunOptions
     from ..backends.registry import get_backend
     from ..simulator import trace as tracemod
 
     backend = get_backend(task.backend)
-    options = RunOptions(**task.options)
+    opts = dict(task.options)
+    mode = opts.pop("progress", None)  # set by _progress: where the point's own progress goes
+    options = RunOptions(**opts)
     done: dict[str, tuple[dict[str, Any], list[dict[str, Any]], float]] = {}
     for idx, p in enumerate(task.points):
         key = replay_key(p, trace.inputs["staleness"]) if task.backend == "replay" else str(idx)
         if key not in done:
             t0 = time.perf_counter()
-            result = backend.run(trace, p, options)
+            sink = PointProgress(mode, p["_id"]) if mode else None
+            try:
+                result = backend.run(trace, p, replace(options, progress=sink))
+            finally:
+                if sink is not None:
+                    sink.close()
             if result.trace is not None:
                 tracemod.write(result.trace, Path(task.out_dir) / "runs" / p["_id"] / "measured.ddlt")
             done[key] = (result.summary, result.curves, time.perf_counter() - t0)
@@ -360,7 +369,7 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
     tasks = [(ids, Task([points[i] for i in ids], str(out), backend, dict(options or {}), engine, traces))
              for ids in groups.values()]
     jobs = jobs or default_jobs(len(tasks))
-    bar = _progress(len(points), len(points) - len(todo), progress)
+    bar = _progress(len(points), len(points) - len(todo), progress, [t for _, t in tasks])
     failed = 0
 
     last_write = 0.0
@@ -455,12 +464,9 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
                           + (f"scenario {held!r}" if held else "another sweep") + "; this command would "
                           + " and ".join(what) + ": choose another --out, or --force to replace them")
     planned = list(TABLES)
-    for r in redo:
-        planned += run_files(r, backend, traces)
+    for r in hashes:  # and the kept runs' files (verified by load_result) that are there
+        planned += [f for f in run_files(r, backend, traces) if r in redo or os.path.lexists(folder.root / f)]
     folder.claim(planned)
-    for r in hashes:  # the kept runs' files, verified by load_result, are ddlsim's
-        if r not in redo:
-            folder.files.update(f for f in run_files(r, backend, traces) if (folder.root / f).is_file())
     stale = [f for r in dropped for f in folder.under(f"runs/{r}/")]
     if redo or dropped:
         stale += [f for d in DERIVED for f in folder.under(d)]
@@ -475,11 +481,128 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
     folder.save()
 
 
-def _progress(total: int, initial: int, enabled: bool) -> Any:
-    from tqdm import tqdm
+POLL_S = 0.5  # the terminal bar re-reads what the running points reported this often
 
-    return tqdm(total=total, initial=initial, unit="run", desc="sweep", file=sys.stderr,
-                disable=not enabled, dynamic_ncols=True, leave=True)
+
+def _progress(total: int, initial: int, enabled: bool, tasks: Iterable[Task] = ()) -> Any:
+    """The sweep's progress on stderr (``update``, ``set_postfix_str``, ``close``), and where
+    each task's points report their own (``task.options["progress"]``, read by
+    :func:`_run_backend`). A terminal gets a bar whose postfix also shows what each running
+    point last reported (``replay 3/20 epochs``, ``live 120/400 gradients``: through a channel
+    folder, re-read every ``POLL_S``); anything else (a log, a pipe) gets plain lines, never a
+    carriage return: one each time another 5 % of the points is done (every point of a sweep
+    of at most 20) and a running point's own line at most every ``LINE_EVERY_S``. When numba
+    will compile the simulator's kernels first, one line says so before anything runs."""
+    from ..backends.base import LINES
+
+    tasks = list(tasks)
+    if not enabled:
+        return _Quiet()
+    from ..simulator.run import kernels_to_compile
+
+    compiling = kernels_to_compile([p for t in tasks for p in t.points], tasks[0].engine) if tasks else []
+    if compiling:
+        print("ddlsim: compiling the simulator's kernels (first run only; numba caches them)", file=sys.stderr,
+              flush=True)
+    if not _is_terminal(sys.stderr):
+        for t in tasks:
+            t.options["progress"] = LINES
+        return _Lines(total, initial)
+    import tempfile
+
+    channel = tempfile.mkdtemp(prefix="ddlsim-progress-")
+    for t in tasks:
+        t.options["progress"] = channel
+    return _Bar(total, initial, channel, "compiling kernels (first run only)" if compiling else "")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        return False
+
+
+class _Quiet:
+    """No progress shown (``--quiet``)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Lines(_Quiet):
+    """Plain progress lines for a log: ``sweep: 3/72 runs done (4 %), running 2, failed 0, 12 s``
+    each time the count passes another 5 % of the runs, and at the last."""
+
+    def __init__(self, total: int, initial: int) -> None:
+        self.total, self.done, self.postfix = total, initial, ""
+        self.step = max(1, math.ceil(total / 20))
+        self.t0 = time.monotonic()
+        if total > initial:
+            print(f"sweep: {total} runs, {initial} done", file=sys.stderr, flush=True)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = s
+
+    def update(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        if self.done // self.step > before // self.step or self.done == self.total:
+            pct = 100 * self.done // max(1, self.total)
+            rest = f", {self.postfix}" if self.postfix else ""
+            print(f"sweep: {self.done}/{self.total} runs done ({pct} %){rest}, {time.monotonic() - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+
+class _Bar(_Quiet):
+    """A terminal's tqdm bar; its postfix is the sweep's (running, failed) then what each
+    running point last wrote into ``channel``, re-read every ``POLL_S`` by a thread (which
+    also keeps the elapsed time moving while a long point runs)."""
+
+    def __init__(self, total: int, initial: int, channel: str, postfix: str) -> None:
+        import shutil
+        import threading
+        import weakref
+
+        from tqdm import tqdm
+
+        self.channel, self.postfix = channel, postfix
+        self.bar = tqdm(total=total, initial=initial, unit="run", desc="sweep", file=sys.stderr,
+                        dynamic_ncols=True, leave=True)
+        self._stop = threading.Event()
+        self._removal = weakref.finalize(self, shutil.rmtree, channel, True)  # also at exit, e.g. Ctrl-C
+        self._thread = threading.Thread(target=self._poll, name="ddlsim-progress", daemon=True)
+        self._thread.start()
+        self.bar.set_postfix_str(self.compose(), refresh=True)
+
+    def compose(self) -> str:
+        """The postfix: the sweep's own, then ``RUN: what it reported`` per running point."""
+        from ..backends.base import read_channel
+
+        inner = [f"{run_id.rsplit('-', 1)[0]}: {text}" for run_id, text in read_channel(self.channel).items()]
+        return " · ".join([self.postfix] * bool(self.postfix) + inner)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self.bar.set_postfix_str(self.compose(), refresh=True)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = s
+        self.bar.set_postfix_str(self.compose(), refresh=refresh)
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.bar.close()
+        self._removal()
 
 
 __all__ = ["Task", "run_sweep", "run_points", "run_task", "write_tables", "load_result"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from ddlsim.scenarios.load import load_text
@@ -22,3 +25,22 @@ def make_point(toml: str = "", **sets: Any) -> dict[str, Any]:
 @pytest.fixture
 def point_factory():
     return make_point
+
+
+@pytest.fixture(scope="session")
+def _simulated_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ddlsim.scenarios.cli import main
+
+    out = tmp_path_factory.mktemp("shared") / "r"
+    assert main(["simulate", "demo", "--out", str(out), "--quiet", "--set", "workload.epochs=0.2",
+                 "--set", "cluster.learners=[1,4]", "--set", "cluster.minibatch=[8,32]"]) == 0
+    return out
+
+
+@pytest.fixture
+def simulated_results(_simulated_results: Path, tmp_path: Path) -> Path:
+    """A results folder of a small simulated sweep of the demo (24 points), a fresh copy per
+    test: simulated once per session, for tests that only need a folder to read or damage."""
+    out = tmp_path / "r"
+    shutil.copytree(_simulated_results, out, symlinks=True)
+    return out
