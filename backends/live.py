@@ -31,7 +31,7 @@ from ..simulator.protocols import is_ps, live_refusal
 from ..simulator.stats import staleness_stats
 from ..simulator.trace import APPLY, GRAD, Trace, TraceError
 from ..simulator.trace import read as read_trace
-from .base import BackendError, BackendResult, RunOptions
+from .base import BackendError, BackendResult, ProgressFn, RunOptions
 from .live_faults import laggards, read_beats
 from .live_gossip import node
 from .live_ps import learner, server
@@ -149,7 +149,19 @@ def _die_with_parent(parent: int, scratch: str | None) -> None:
     threading.Thread(target=watch, name="ddlsim-parent-watchdog", daemon=True).start()
 
 
-def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
+def live_progress(point: dict[str, Any], out: str) -> tuple[int, int]:
+    """(gradients finished, gradients the run computes) of the live run writing ``out``: the
+    server's count of processed gradients (rank 0's beat), or the sum of the nodes' beats."""
+    from ..simulator.protocols import iterations, total_gradients
+
+    if is_ps(point):
+        beat = read_beats(out, 1)[0]
+        return (beat[0] if beat else 0), total_gradients(point)
+    n = world_size(point)
+    return sum(b[0] for b in read_beats(out, n) if b), iterations(point) * n
+
+
+def launch(point: dict[str, Any], mean_sigma: float, out: str, progress: ProgressFn | None = None) -> None:
     """Start every process of the run locally and wait; a failure is one BackendError line."""
     import torch.multiprocessing as mp
 
@@ -170,6 +182,8 @@ def launch(point: dict[str, Any], mean_sigma: float, out: str) -> None:
         # grace 1 s: a stopped process ignores SIGTERM; torch's default would wait 30 s for it
         while not ctx.join(timeout=0.5, grace_period=1.0):
             stopped = [r for r, pid in enumerate(ctx.pids()) if process_state(pid) in ("T", "t")]
+            if progress is not None:
+                progress("live", *live_progress(point, out), "gradients")
     except mp.ProcessExitedException as e:
         how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
         raise BackendError(_blame(point, out, stopped) or f"live run stopped: {role(point, e.error_index)} died "
@@ -231,13 +245,14 @@ def process_state(pid: int) -> str:
         return ""
 
 
-def run_measured(point: dict[str, Any], mean_sigma: float) -> tuple[Trace, torch.Tensor | None]:
+def run_measured(point: dict[str, Any], mean_sigma: float,
+                 progress: ProgressFn | None = None) -> tuple[Trace, torch.Tensor | None]:
     """Run ``point`` live in a scratch directory; return its measured trace and, where the
     run wrote them, the final weights (a missing or corrupt trace is one BackendError line)."""
     out = tempfile.mkdtemp(prefix="ddlsim-live-")
     reaper = _reaper(out)
     try:
-        launch(point, mean_sigma, out)
+        launch(point, mean_sigma, out, progress)
         try:
             measured = read_trace(os.path.join(out, "trace.ddlt"))
         except TraceError as e:
@@ -339,7 +354,7 @@ class LiveBackend:
             load_data(point, options.data_dir, options.download)  # fetched and readable, once, here
             point = {**point, "_data_dir": options.data_dir}  # where the processes read it
         sigma = trace.inputs["staleness"]
-        measured, weights = run_measured(point, float(np.mean(sigma)) if len(sigma) else 0.0)
+        measured, weights = run_measured(point, float(np.mean(sigma)) if len(sigma) else 0.0, options.progress)
         summary = measured_summary(measured)
         curves: list[dict[str, Any]] = []
         if point["live"]["compute"] == "real":

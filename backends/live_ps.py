@@ -30,7 +30,7 @@ from ..simulator.dataorder import SampleStream
 from ..simulator.protocols import PSCore, clean_point, header_for
 from .optim import Optimizer
 from .flatmodel import FlatModel
-from .live_faults import fail_if_due
+from .live_faults import Heartbeat, fail_if_due
 from .workloads import build_model, load_data
 
 HEADER = 6
@@ -59,6 +59,7 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
     grad = torch.zeros_like(x)
     pending: dict[int, torch.Tensor] = {}  # grad op → its gradient, until applied
     stopped = [False] * lam
+    beat = Heartbeat(out_dir, 0)  # gradients processed: the launcher's progress (live.live_progress)
     dist.barrier()
     t0 = time.time()
 
@@ -91,6 +92,7 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
         pending[gop] = grad.clone()
         v = core.version
         released = core.push(((i, gop, int(j), mu),), time.time() - t0)
+        beat.beat(core.processed)
         if core.version != v:  # the core applied: step with the weights and scales of its apply
             gops, weights, stale, epoch = core.tb.last_apply()
             coefs = np.asarray(weights) * opt.scales(np.asarray(stale))

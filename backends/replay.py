@@ -112,6 +112,9 @@ class ReplayBackend:
             sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
             opt = Optimizer(point["optimizer"], float(sigma))
             rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
+            if options.progress is not None:  # after each evaluation: the epoch reached
+                tell, epochs = options.progress, float(point["workload"]["epochs"])
+                rep.progress = lambda epoch: tell("replay", round(epoch, 2), epochs, "epochs")
             curves = rep.run()
         summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update,
                             chance_error(data.test_y), len(data.test_y))

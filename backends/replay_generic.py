@@ -19,7 +19,7 @@ one ``vmap`` call; it never computes a gradient later than its own op.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -64,6 +64,8 @@ class Replayer:
         self._current: list[int] = self.plan.offset.tolist()  # each node's latest state id
         self._freed = 0  # states freed so far (a position in plan.free_order)
         self._hooked = type(self).on_grad_reads is not Replayer.on_grad_reads
+
+    progress: Callable[[float], None] | None = None  # called after each eval with its epoch
 
     def on_grad_reads(self, ops: list[int], x: Tensor, w: list[float]) -> None:
         """Hook, a no-op here: called before the gradients of grad ops ``ops`` are computed,
@@ -164,6 +166,8 @@ class Replayer:
         if self.nodes > 1:
             row["consensus_distance"] = self.consensus_distance(z if k < 0 else self.average_state())
         self.curves.append(row)
+        if self.progress is not None:
+            self.progress(row["epoch"])
 
     def run(self) -> list[dict[str, Any]]:
         """Execute every op; return the curves (divergence stops the run, never raises)."""

@@ -40,7 +40,7 @@ Models that cannot be batched (batch norm) and single-node traces use the generi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
@@ -178,11 +178,14 @@ class StackedReplayer:
         """Each node's latest (x, w) (after :meth:`run`: the final weights)."""
         return self._final
 
+    progress: Callable[[float], None] | None = None  # called after each eval with its epoch
+
     def on_grad_reads(self, ops: list[int], x: Tensor, w: list[float]) -> None:
         """Hook, a no-op here (as :meth:`.replay_generic.Replayer.on_grad_reads`)."""
 
     def _run_generic(self) -> list[dict[str, Any]]:
         rep = Replayer(self.trace, self.flat.model, self.data, self.opt, **self._generic_kw)
+        rep.progress = self.progress
         rep.run()
         self._generic = rep
         for k in ("curves", "diverged", "diverged_at_update", "updates", "peak_live_states", "peak_live_grads"):
@@ -711,6 +714,8 @@ class StackedReplayer:
             "test_error": self.flat.test_error(mean if k < 0 else z[0], self.data.test_x, self.data.test_y),
             "consensus_distance": float(torch.linalg.vector_norm(latest - mean, dim=1).mean()),
         }
+        if self.progress is not None:
+            self.progress(float(ops["epoch"][i]))
         self._done([rec])
 
 

@@ -173,19 +173,30 @@ def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download:
     """Refuse, before any work, a point whose data set ``backend`` (replay or live; others
     are not checked) could not read; live points with emulated compute read none. Each data
     set that needs files is really read (and, with ``download``, fetched) once, here: an
-    empty ``--data-dir`` or an unreachable download fails now, not after the simulations."""
+    empty ``--data-dir`` or an unreachable download fails now, not after the simulations.
+    Files that are not the official ones are a warning line; the training samples found
+    become the scenario's ``data_sizes`` (the default epoch; a larger
+    ``workload.samples_per_epoch`` is refused)."""
     if backend not in ("replay", "live"):
         return
-    from ..backends.workloads import check_data, load_data
+    from ..backends.workloads import check_data, data_files
 
     seen: set[str] = set()
+    said: list[str] = []
     for point in scenario.points():
         if backend == "replay" or point["live"]["compute"] == "real":
             check_data(point, data_dir, download)
             name = point["workload"]["dataset"]
             if name not in seen and name not in ("digits", "teacher"):
                 seen.add(name)
-                load_data(point, data_dir, download)
+                files = data_files(name, data_dir, download)
+                said += [f"ddlsim: warning: {line}" for line in files.warnings]
+                said += [f"ddlsim: {line}" for line in files.notes]
+                scenario.data_sizes[name] = len(files.train_y)
+    if seen:
+        scenario.points()  # samples_per_epoch follows the files found; more than there are is refused now
+    for line in said:
+        print(escape(line), file=sys.stderr)
 
 
 def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results/<scenario name>",

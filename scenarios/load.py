@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class Scenario:
     base: dict[str, Any]
     axes: list[tuple[str, list[Any]]]
     explicit: frozenset[str] = frozenset()  # keys the scenario sets itself (presets do not override them)
+    # training samples in the files of a data set read from --data-dir (cli_common.check_data_sets):
+    # an epoch is that many unless workload.samples_per_epoch is set, and it may not ask for more
+    data_sizes: dict[str, int] = field(default_factory=dict)
 
     def points(self) -> list[dict[str, Any]]:
         """Every sweep point as a complete, validated nested dict (with derived keys)."""
@@ -209,7 +212,8 @@ def _resolve_profile(scenario: Scenario, folder: Path) -> None:
             values[:] = [v if Path(v).is_absolute() else str((folder / v).resolve()) for v in values]
 
 
-def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozenset[str]) -> None:
+def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozenset[str],
+                 data_sizes: dict[str, int] | None = None) -> None:
     apply_presets(point, explicit, path, label)
     lam = point["cluster"]["learners"]
     proto = point["protocol"]
@@ -222,8 +226,14 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
         count = param_count(wl["model"], info)
     except ValueError as e:
         raise ScenarioError(f"{path}: key 'workload.model' = {wl['model']!r}{label}: {e}") from None
+    found = (data_sizes or {}).get(wl["dataset"])
     if wl["samples_per_epoch"] is None:
-        wl["samples_per_epoch"] = info.train_size
+        wl["samples_per_epoch"] = info.train_size if found is None else found
+    elif found is not None and wl["samples_per_epoch"] > found:
+        raise ScenarioError(
+            f"{path}: key 'workload.samples_per_epoch' = {wl['samples_per_epoch']}{label}: more than the {found:,} "
+            f"training samples of data set {wl['dataset']!r} in --data-dir; lower it, or leave it out and an epoch "
+            f"is the {found:,}")
     if wl["param_count"] is None:
         wl["param_count"] = count
     profile = point["cluster"]["compute"]["profile"]
@@ -259,7 +269,8 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
         for k, v in zip(keys, combo):
             set_dotted(point, k, copy.deepcopy(v))
         label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
-        _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit)
+        _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit,
+                     scenario.data_sizes)
         point["_swept"] = {k: v for k, v in zip(keys, combo)}
         point["_id"] = run_id(point)
         out.append(point)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from . import fast_adpsgd, fast_allreduce, fast_dpsgd, fast_ps, fast_sgp
@@ -51,6 +55,47 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     covers, engine = (fast_ps.covers, fast_ps.simulate_ps_fast) if is_ps(point) else FAST[point["protocol"]["name"]]
     reason = covers(point)
     return (engine if reason is None else None), reason
+
+
+KERNEL_MODULES = {"ps": ("fast_ps",), "sgp": ("fast_sgp", "fast_nodes"), "dpsgd": ("fast_dpsgd", "fast_nodes"),
+                  "adpsgd": ("fast_adpsgd", "fast_nodes")}  # the numba-compiled ones (allreduce's is a closed form)
+
+
+def kernels_to_compile(points: list[dict[str, Any]], engine: str = "auto") -> list[str]:
+    """The fast-engine modules that simulating ``points`` would compile first: those without
+    numba's cache of them (an index ``MODULE.*.pyXY.nbi`` under ``NUMBA_CACHE_DIR`` when it is
+    set, else in ``__pycache__`` beside the module or, when the package folder is not writable,
+    in the user-wide cache) written after the module's source. Cheap: stats files, imports no numba."""
+    if engine == "simpy" or importlib.util.find_spec("numba") is None:
+        return []
+    wanted: set[str] = set()
+    for p in points:
+        wanted.update(KERNEL_MODULES.get("ps" if is_ps(p) else p["protocol"]["name"], ()))
+    return sorted(m for m in wanted if not _cached(m))
+
+
+def _cached(module: str, here: Path | None = None) -> bool:
+    """Whether numba's cache holds code compiled from ``module`` (in folder ``here``, default
+    this package) since its source last changed."""
+    here = here or Path(__file__).resolve().parent
+    try:
+        source = (here / f"{module}.py").stat().st_mtime
+    except OSError:
+        return True  # no source (a frozen install): nothing numba would compile from it
+    pattern = f"{module}.*.py{sys.version_info.major}{sys.version_info.minor}.nbi"
+    places = [here / "__pycache__"]  # numba's order: NUMBA_CACHE_DIR alone, else in the tree, else user-wide
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        places = [Path(os.environ["NUMBA_CACHE_DIR"])]
+    elif not os.access(here, os.W_OK):
+        places.append(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numba")
+    for place in places:
+        found = place.glob(pattern) if place.name == "__pycache__" else place.rglob(pattern)
+        try:
+            if any(f.stat().st_mtime >= source for f in found):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = True) -> SimResult:
