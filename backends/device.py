@@ -13,12 +13,15 @@ from .base import BackendError
 
 
 def resolve_device(device: str | None) -> Any:
-    """``device`` as a ``torch.device``, or cuda when available, else cpu; an unknown or
-    unavailable device is a :class:`BackendError`."""
+    """``device`` as a ``torch.device``; None (no option given) is cuda when available, else
+    cpu. An empty name, or an unknown or unavailable device, is a :class:`BackendError`."""
     import torch
 
-    if not device:
+    if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not device.strip():
+        raise BackendError(f"device {device!r}: an empty device name (use cpu, cuda or cuda:N, or leave "
+                           "--device out for cuda when available)")
     try:
         dev = torch.device(device)
     except RuntimeError:

@@ -57,6 +57,31 @@ def world_size(point: dict[str, Any]) -> int:
     return lam + 1 if is_ps(point) else lam
 
 
+LIVE_PROCESSES_PER_CPU = 8  # emulated learners mostly sleep; real ones share the cores
+LIVE_PROCESSES_AT_LEAST = 32  # the limit on a machine of few cores (validate-grid's λ = 16 runs 17)
+
+
+def process_limit(cpus: int | None = None) -> int:
+    """The most processes one live run may start on this machine without ``--force``:
+    :data:`LIVE_PROCESSES_PER_CPU` per CPU core, and at least :data:`LIVE_PROCESSES_AT_LEAST`."""
+    return max(LIVE_PROCESSES_AT_LEAST, LIVE_PROCESSES_PER_CPU * (cpus or os.cpu_count() or 1))
+
+
+def check_live_size(points: list[dict[str, Any]], force: bool = False) -> None:
+    """Refuse, before any process starts, a point whose live run would start more processes
+    than :func:`process_limit` (each is a Python process with torch loaded), unless ``force``."""
+    if force:
+        return
+    limit = process_limit()
+    for p in points:
+        n = world_size(p)
+        if n > limit:
+            raise BackendError(f"point {p.get('_id', '?')}: a live run of cluster.learners = "
+                               f"{p['cluster']['learners']} starts {n} processes; the limit here is {limit} "
+                               f"({LIVE_PROCESSES_PER_CPU} per CPU core × {os.cpu_count() or 1}, at least "
+                               f"{LIVE_PROCESSES_AT_LEAST}): fewer learners, or --force")
+
+
 def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: str | None = None,
          world: int | None = None) -> None:
     """One live process: join the group (``init``/``world``, or torchrun's environment when

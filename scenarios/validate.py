@@ -41,11 +41,18 @@ def tv_distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(0.5 * np.abs(np.bincount(a, minlength=top) / len(a) - np.bincount(b, minlength=top) / len(b)).sum())
 
 
-def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
-    """The point with its network and server costs taken from a calibrated profile."""
-    p = copy.deepcopy(point)
-    if not profile:
-        return p
+PROFILE_KEYS = (("network", "latency_s", "cluster.network.latency_s"),
+                ("network", "bandwidth_Bps", "cluster.network.bandwidth_Bps"),
+                ("server", "apply_s", "cluster.server.apply_s"))  # (table, key, the scenario key it sets)
+
+
+def read_profile(profile: str) -> dict[str, Any]:
+    """The calibrated profile's TOML, its ``[network]`` and ``[server]`` figures checked as the
+    scenario keys they set are (a number, not NaN, in the key's range: a latency or an apply
+    time ≥ 0, a bandwidth ≥ 1 B/s or inf); anything else is one ScenarioError line naming the
+    file, the key and the value."""
+    from .schema import FIELD_BY_KEY, check_value
+
     try:
         data = tomllib.loads(read_bounded(profile, 1 << 20, "calibrated profile").decode("utf-8-sig"))
     except FileRefused as e:
@@ -54,11 +61,26 @@ def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
         raise ScenarioError(f"--profile {profile}: cannot read the calibrated profile ({e})") from None
     if not isinstance(data.get("network", {}), dict) or not isinstance(data.get("server", {}), dict):
         raise ScenarioError(f"--profile {profile}: [network] and [server] must be tables")
-    for key, value in data.get("network", {}).items():
-        if key in ("latency_s", "bandwidth_Bps") and isinstance(value, (int, float)) and math.isfinite(value):
-            p["cluster"]["network"][key] = float(value)
-    if isinstance(data.get("server", {}).get("apply_s"), (int, float)):
-        p["cluster"]["server"]["apply_s"] = float(data["server"]["apply_s"])
+    for table, key, target in PROFILE_KEYS:
+        if key in data.get(table, {}):
+            value, problem = check_value(FIELD_BY_KEY[target], data[table][key])
+            if problem:
+                raise ScenarioError(f"--profile {profile}: [{table}] {key} = {data[table][key]!r}: {problem}")
+            data[table][key] = value
+    return data
+
+
+def apply_profile(point: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """The point with its network and server costs taken from a calibrated profile
+    (:func:`read_profile`: a bad figure is refused, never simulated)."""
+    p = copy.deepcopy(point)
+    if not profile:
+        return p
+    data = read_profile(profile)
+    for table, key, target in PROFILE_KEYS:
+        if key in data.get(table, {}):
+            section, name = target.rsplit(".", 2)[-2:]
+            p["cluster"][section][name] = float(data[table][key])
     if p["live"]["compute"] == "real" and "seconds" in data:
         p["cluster"]["compute"]["profile"] = str(Path(profile).resolve())
     return p
@@ -107,16 +129,34 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     return simulated_vs_measured(table)
 
 
+def check_points(points: list[dict[str, Any]], profile: str | None, force: bool = False) -> None:
+    """Everything that would stop a validation, checked before its first live run: the
+    profile's figures, each point with the profile applied (:func:`apply_profile`), the live
+    backend's refusals (a protocol or setting it has no live version of) and its size limit
+    (``force`` lifts that one)."""
+    for point in points:
+        apply_profile(point, profile)
+    from ..backends.base import BackendError
+    from ..backends.live import check_live_size  # imports torch: after the profile's quick checks
+    from ..simulator.protocols import live_refusal
+
+    for point in points:
+        refusal = live_refusal(point)
+        if refusal:
+            raise BackendError(f"point {point['_id']}: {refusal}")
+    check_live_size(points, force)
+
+
 def validate(scenario: Scenario, out: Path, profile: str | None = None, progress: bool = True,
-             resume: bool = False, device: str = "cpu") -> list[dict]:
+             resume: bool = False, device: str = "cpu", force: bool = False) -> list[dict]:
     """Validate every point of ``scenario``; write the table and the figure into ``out``. Live
     runs go one at a time (parallel runs would disturb each other's timings); ``resume`` keeps
-    the rows of points already in ``out/validation.csv``."""
+    the rows of points already in ``out/validation.csv``. Nothing runs or is written until
+    every point passes :func:`check_points`."""
     from tqdm import tqdm
 
     points = scenario.points()
-    if profile:
-        apply_profile(points[0], profile)  # a bad profile fails before the first live run
+    check_points(points, profile, force)
     out.mkdir(parents=True, exist_ok=True)
     kept = _stored_rows(out / "validation.csv") if resume else {}
     rows: list[dict[str, Any]] = []
@@ -147,6 +187,42 @@ def _stored_rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def median_abs_error(rows: list[dict[str, Any]]) -> float:
-    """Median |relative error| of time per epoch."""
-    errs = [abs(r["time_rel_error"]) for r in rows if math.isfinite(r["time_rel_error"])]
+    """Median |relative error| of time per epoch over the rows where it is finite; NaN when
+    no row has one (:func:`median_line` says so in words)."""
+    errs = [abs(r["time_rel_error"]) for r in rows if _finite(r["time_rel_error"])]
     return statistics.median(errs) if errs else math.nan
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _cell(v: Any, spec: str, width: int) -> str:
+    """``v`` formatted by ``spec``, or "n/a" (right-aligned to ``width``) when not a finite number."""
+    return format(v, spec) if _finite(v) else "n/a".rjust(width)
+
+
+def median_line(rows: list[dict[str, Any]]) -> str:
+    """The summary line: the median |relative error| over the points that have a finite one
+    (how many, when some have none), or, when none has, why in words; never "nan"."""
+    finite = sum(_finite(r["time_rel_error"]) for r in rows)
+    if not finite:
+        return (f"median |relative error| of time per epoch: not measured (none of the {len(rows)} points has a "
+                "finite relative error: a live run measured no time)")
+    some = f" (over {finite} of {len(rows)} points)" if finite < len(rows) else ""
+    return f"median |relative error| of time per epoch: {median_abs_error(rows):.1%}{some}"
+
+
+def table_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """The console's table of ``rows``, the median line and where the files are; a figure that
+    is not a finite number shows as "n/a"."""
+    lines = [f"{'run':30s} {'measured s/epoch':>16s} {'simulated':>10s} {'rel err':>8s} {'σ live':>7s} "
+             f"{'σ sim':>7s} {'σ TV':>6s}"]
+    for r in rows:
+        lines.append(f"{r['run_id']:30s} {_cell(r['measured_time_per_epoch_s'], '16.4f', 16)} "
+                     f"{_cell(r['simulated_time_per_epoch_s'], '10.4f', 10)} {_cell(r['time_rel_error'], '+8.1%', 8)} "
+                     f"{_cell(r['measured_staleness_mean'], '7.2f', 7)} {_cell(r['simulated_staleness_mean'], '7.2f', 7)} "
+                     f"{_cell(r['staleness_tv_distance'], '6.3f', 6)}")
+    lines.append(median_line(rows))
+    lines.append(f"table: {out / 'validation.csv'}  figure: {out / 'validation.png'}")
+    return lines
