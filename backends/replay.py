@@ -19,7 +19,7 @@ from .base import BackendError, BackendResult, RunOptions
 from .device import resolve_device, torch_threads
 from .optim import Optimizer, mean_staleness
 from .replay_generic import Replayer
-from .replay_plan import BATCH_CAP, capped
+from .replay_plan import BATCH_CAP, capped, check_header
 from .replay_stacked import StackedReplayer, gradient_rounds
 from .workloads import Data, build_model, load_data
 
@@ -104,6 +104,7 @@ class ReplayBackend:
     def run(self, trace: Trace, point: dict[str, Any], options: RunOptions | None = None) -> BackendResult:
         """Replay ``trace`` for scenario ``point``; see :class:`BackendResult` for the keys."""
         options = options or RunOptions()
+        check_header(trace)  # before any data is loaded: the header's ⟨σ⟩ is read below
         device = resolve_device(options.device)
         with torch_threads(options.threads):
             data = load_data(point, options.data_dir, options.download, device=device)

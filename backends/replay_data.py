@@ -56,9 +56,9 @@ class Minibatches:
         lo, hi = int(ep.min()), int(ep.max())
         if lo == hi:
             idx = self._perm(lo)[off]
-        else:
+        else:  # only the epochs the minibatches touch (they may lie far apart in the stream)
             idx = np.empty_like(pos)
-            for e in range(lo, hi + 1):
+            for e in np.unique(ep).tolist():
                 m = ep == e
                 idx[m] = self._perm(e)[off[m]]
         return idx % self.n_train if self.spe > self.n_train else idx

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace
+from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace, TraceError, check_replayable
 from .base import BackendError
 from .optim import Optimizer
 
@@ -27,11 +27,13 @@ ALONE = -2      # computed alone, here
 IN_BUFFER = -3  # computed alone, here, and left in the model's gradient buffer for its apply
 
 
-def check_header(trace: Trace) -> None:
-    """Refuse a trace whose header lacks what a replay needs."""
-    for key in ("nodes", "data_seed", "samples_per_epoch"):
-        if key not in trace.header:
-            raise BackendError(f"trace header lacks {key!r}: cannot replay it")
+def check_header(trace: Trace, name: str = "trace") -> None:
+    """Refuse (:class:`BackendError`) a trace a replay cannot execute within bounded memory
+    and time: :func:`~ddlsim.simulator.trace.check_replayable`, the one place of those bounds."""
+    try:
+        check_replayable(trace, name)
+    except TraceError as e:
+        raise BackendError(str(e)) from None
 
 
 def capped(param_count: int, cap: int = BATCH_CAP) -> int:

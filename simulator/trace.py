@@ -35,6 +35,15 @@ from .files import FileRefused, atomic_write, read_bounded
 SCHEMA_VERSION = 1
 TRACE_MAX_BYTES = 64 << 30  # a trace file is read whole: at most this much
 MAGIC = b"DDLTRACE"
+
+# What a read trace and a replay rely on (check, check_replayable), each bound with its reason.
+MAX_NODES = 100_000            # cluster.learners' maximum: a replay holds one weights state per node
+MAX_BATCH = 10_000_000         # cluster.minibatch's maximum: a minibatch's samples are gathered at once
+MAX_SAMPLES_PER_EPOCH = 10**8  # workload.teacher_samples' maximum, the largest training set a replay
+#                                loads; a replay holds each epoch's permutation (8 bytes a sample)
+MAX_SEED = 2**63 - 1           # seed's maximum
+MAX_POSITION = 2**62           # a stream position plus a minibatch stays an int64
+
 GRAD, APPLY, MIX, EVAL = 0, 1, 2, 3
 KIND_NAMES = ("grad", "apply", "mix", "eval")
 AVERAGE_NODE = -1  # eval of the average of all nodes' latest states
@@ -340,16 +349,18 @@ def write(trace: Trace, path: str | Path) -> None:
 
 
 def decode(data: bytes, name: str = "<trace>") -> Trace:
-    """Parse and validate trace bytes; raise :class:`TraceError` naming ``name``."""
+    """Parse and validate trace bytes; raise :class:`TraceError` naming ``name``. A column
+    stored as a constant reads as a read-only view of that one value (no memory per row), so
+    reading costs the stored columns, widened to their canonical types, and no more."""
     if len(data) < len(MAGIC) + 8 + 32 or not data.startswith(MAGIC):
         raise TraceError(f"{name}: not a ddlsim trace (bad magic or too short)")
-    body, digest = data[:-32], data[-32:]
+    body, digest = memoryview(data)[:-32], data[-32:]  # a view: no second copy of the file
     (hlen,) = struct.unpack_from("<Q", data, len(MAGIC))
     hstart = len(MAGIC) + 8
     if hstart + hlen > len(body):
         raise TraceError(f"{name}: truncated trace (header runs past the end of the file)")
     try:
-        header = json.loads(body[hstart:hstart + hlen])
+        header = json.loads(bytes(body[hstart:hstart + hlen]))
     except (ValueError, RecursionError):
         raise TraceError(f"{name}: corrupt trace header") from None
     if hashlib.sha256(body).digest() != digest:
@@ -369,8 +380,8 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
     for c in header["columns"]:
         spec = OP_COLUMNS if c["table"] == "ops" else INPUT_COLUMNS
         canonical = spec.get(c["name"], c.get("dtype", "f8"))
-        if "const" in c:
-            tables[c["table"]][c["name"]] = np.full(c["length"], c["const"], dtype=canonical)
+        if "const" in c:  # a read-only view of one value: no memory per row
+            tables[c["table"]][c["name"]] = np.broadcast_to(np.array(c["const"], dtype=canonical), (c["length"],))
             continue
         dt = np.dtype(c["dtype"]).newbyteorder("<")
         tables[c["table"]][c["name"]] = np.frombuffer(body, dtype=dt, count=c["length"], offset=pos).astype(
@@ -441,9 +452,12 @@ def check(trace: Trace, name: str = "<trace>") -> None:
     """Refuse an inconsistent op graph: every rule a backend relies on holds after this.
 
     Rules: all columns present with equal lengths; apply input slices lie inside
-    ``inputs`` and name earlier grad ops, each consumed once; each node's versions
-    advance by one per apply/mix, in order; every read (grad, mix sender, eval) names a
-    version that exists when it is read; times are finite and ``t_start ≤ t_end``.
+    ``inputs``, follow each other in apply order and name earlier grad ops, each consumed
+    once; ``nodes`` is an integer in 1 .. :data:`MAX_NODES` and every node an op names lies
+    below it; each node's versions advance by one per apply/mix, in order; every read (grad,
+    mix sender, eval) names a version that exists when it is read; times are finite and
+    ``t_start ≤ t_end``. Memory: a few bytes per op besides the columns (the reads are
+    checked :data:`CHUNK_ROWS` ops at a time), whatever the columns hold.
     """
     def bad(msg: str) -> TraceError:
         return TraceError(f"{name}: inconsistent trace: {msg}")
@@ -462,59 +476,214 @@ def check(trace: Trace, name: str = "<trace>") -> None:
         raise bad(f"unknown op kind {int(kind.max())}")
     if not (np.isfinite(ops["t_start"]).all() and np.isfinite(ops["t_end"]).all()):
         raise bad("non-finite op time")
-    if (ops["t_start"] > ops["t_end"]).any():
-        raise bad(f"op {int(np.argmax(ops['t_start'] > ops['t_end']))} ends before it starts")
+    late = ops["t_start"] > ops["t_end"]
+    if late.any():
+        raise bad(f"op {int(np.argmax(late))} ends before it starts")
+    del late
     applies = np.flatnonzero(kind == APPLY)
-    starts, counts = ops["in_start"][applies], ops["in_count"][applies]
+    starts, counts = ops["in_start"][applies], ops["in_count"][applies].astype(np.int64)
     n_inp = len(inp["grad_op"])
-    if len(applies) and ((starts < 0).any() or (starts + counts > n_inp).any() or (counts < 0).any()):
-        raise bad("an apply's input slice lies outside the inputs table")
+    outside = (starts < 0) | (counts < 0) | (starts > n_inp - counts)
+    if outside.any():
+        j = int(np.argmax(outside))
+        raise bad(f"op {int(applies[j])} (apply): columns 'in_start' = {int(starts[j])}, 'in_count' = "
+                  f"{int(counts[j])}: its input slice lies outside the inputs table ({n_inp:,} rows)")
+    if len(applies) and (int(counts.sum()) != n_inp or (starts != np.cumsum(counts) - counts).any()):
+        raise bad("columns 'in_start', 'in_count': the applies' input slices do not follow each other through "
+                  "the inputs table (apply order)")
     if n_inp:
         g = inp["grad_op"]
-        if (g < 0).any() or (g >= n).any() or (kind[np.clip(g, 0, max(n - 1, 0))] != GRAD).any():
-            raise bad("an apply input does not name a grad op")
-        owner = np.repeat(applies, counts)
-        if len(owner) != n_inp or (g >= owner).any():
+        wrong = (g < 0) | (g >= n)
+        if n:
+            wrong |= kind[np.where(wrong, 0, g)] != GRAD
+        if wrong.any():
+            j = int(np.argmax(wrong))
+            raise bad(f"input {j}: column 'grad_op' = {int(g[j])}: an apply input does not name a grad op")
+        if (g >= np.repeat(applies, counts)).any():
             raise bad("an apply consumes a gradient computed after it, or inputs are not in apply order")
-        if len(np.unique(g)) != n_inp:
+        seen = np.zeros(n, bool)
+        seen[g] = True
+        if int(seen.sum()) != n_inp:
             raise bad("a gradient is applied more than once")
     _check_versions(trace, bad)
+
+
+def _header_nodes(header: dict[str, Any]) -> int | None:
+    """The header's ``nodes`` when it is an integer in 1 .. :data:`MAX_NODES`, else None."""
+    nodes = header.get("nodes")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        return None
+    return nodes
 
 
 def _check_versions(trace: Trace, bad: Any) -> None:
     ops = trace.ops
     kind, node, version = ops["kind"], ops["node"], ops["version"]
-    mut = np.flatnonzero((kind == APPLY) | (kind == MIX))
-    nodes = trace.header.get("nodes")
-    if not isinstance(nodes, int) or nodes < 1:
-        raise bad("header lacks a positive 'nodes' count")
-    touched = np.concatenate([node[mut], ops["src_node"][kind == GRAD], ops["src_node"][kind == MIX]])
-    if len(touched) and (touched.min() < 0 or touched.max() >= nodes):
-        raise bad("an op names a node outside 0..nodes-1")
+    n = len(kind)
+    nodes = _header_nodes(trace.header)
+    if nodes is None:
+        raise bad(f"header 'nodes' = {_shown(trace.header.get('nodes'))}: expected an integer in 1 .. {MAX_NODES:,} "
+                  f"(cluster.learners' maximum)")
+    mut = np.concatenate([lo + np.flatnonzero((k == APPLY) | (k == MIX)) for lo in range(0, n, CHUNK_ROWS)
+                          for k in [kind[lo:lo + CHUNK_ROWS]]] or [np.zeros(0, np.int64)])
+    mnode = node[mut].astype(np.int64)
+    for lo in range(0, n, CHUNK_ROWS):  # every node an op names: 0 .. nodes-1 (an eval's -1: the average)
+        k, nd, src = kind[lo:lo + CHUNK_ROWS], node[lo:lo + CHUNK_ROWS], ops["src_node"][lo:lo + CHUNK_ROWS]
+        for col, values, names in (("node", nd, (k == APPLY) | (k == MIX) | ((k == EVAL) & (nd != AVERAGE_NODE))),
+                                   ("src_node", src, (k == GRAD) | (k == MIX))):
+            wrong = names & ((values < 0) | (values >= nodes))
+            if wrong.any():
+                i = lo + int(np.argmax(wrong))
+                raise bad(f"op {i} ({KIND_NAMES[kind[i]]}): column '{col}' = {int(values[i - lo])} names a node "
+                          f"outside 0..nodes-1 (nodes = {nodes:,})")
     # versions must advance by one per mutation, per node, in op order
-    order = np.lexsort((mut, node[mut]))
-    m_sorted, n_sorted = mut[order], node[mut][order]
+    order = np.argsort(mnode, kind="stable")  # by node, then op (mut is ascending)
+    m_sorted, n_sorted = mut[order], mnode[order]
+    del order
     first = np.r_[True, n_sorted[1:] != n_sorted[:-1]] if len(mut) else np.zeros(0, bool)
     rank = np.arange(len(mut)) - np.maximum.accumulate(np.where(first, np.arange(len(mut)), 0))
     if len(mut) and (version[m_sorted] != rank).any():
         i = int(m_sorted[np.argmax(version[m_sorted] != rank)])
         raise bad(f"op {i} ({KIND_NAMES[kind[i]]}) on node {int(node[i])} mutates version "
                   f"{int(version[i])} out of sequence")
-    # reads: version r of node k exists at op i iff r ≤ number of mutations of k before i
-    reads = np.flatnonzero(kind != APPLY)
-    rnode = np.where(kind[reads] == EVAL, node[reads], ops["src_node"][reads])
-    rver = np.where(kind[reads] == EVAL, version[reads], ops["src_version"][reads])
-    keep = ~((kind[reads] == EVAL) & (rnode == AVERAGE_NODE))
-    reads, rnode, rver = reads[keep], rnode[keep], rver[keep]
-    if len(reads):
+    del first, rank
+    # reads: version r of node k exists at op i iff r ≤ number of mutations of k before i;
+    # (node, op) as one sorted key, node·(n+1) + op (< 2⁶³: nodes ≤ MAX_NODES, n < 2⁴⁰)
+    keys = n_sorted * (n + 1) + m_sorted
+    del m_sorted, n_sorted
+    for lo in range(0, n, CHUNK_ROWS):
+        hi = min(n, lo + CHUNK_ROWS)
+        k = kind[lo:hi]
+        is_eval = k == EVAL
+        rnode = np.where(is_eval, node[lo:hi], ops["src_node"][lo:hi]).astype(np.int64)
+        rver = np.where(is_eval, version[lo:hi], ops["src_version"][lo:hi])
+        sel = np.flatnonzero((k != APPLY) & ~(is_eval & (rnode == AVERAGE_NODE)))
+        if not len(sel):
+            continue
+        rnode, rver = rnode[sel], rver[sel]
         if (rver < 0).any():
-            raise bad(f"op {int(reads[np.argmax(rver < 0)])} reads a negative version")
-        for k in np.unique(rnode):
-            sel = rnode == k
-            muts_k = mut[node[mut] == k]
-            available = np.searchsorted(muts_k, reads[sel])  # mutations strictly before the read
-            over = rver[sel] > available
-            if over.any():
-                i = int(reads[sel][np.argmax(over)])
-                raise bad(f"op {i} ({KIND_NAMES[kind[i]]}) reads node {int(k)} version "
-                          f"{int(rver[sel][np.argmax(over)])} before it exists")
+            raise bad(f"op {lo + int(sel[np.argmax(rver < 0)])} reads a negative version")
+        base = rnode * (n + 1)
+        available = np.searchsorted(keys, base + lo + sel) - np.searchsorted(keys, base)  # mutations before
+        over = rver > available
+        if over.any():
+            j = int(np.argmax(over))
+            i = lo + int(sel[j])
+            raise bad(f"op {i} ({KIND_NAMES[kind[i]]}) reads node {int(rnode[j])} version "
+                      f"{int(rver[j])} before it exists")
+
+
+def _shown(value: Any) -> str:
+    """A header value for a message: JSON, cut to 60 characters."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_replayable(trace: Trace, name: str = "<trace>") -> None:
+    """Refuse, in one line naming the file and the header field or column, a trace (already
+    consistent: :func:`check`) that a replay could not execute in memory and time bounded by
+    its stored columns.
+
+    Header: ``data_seed`` an integer in 0 .. :data:`MAX_SEED`; ``samples_per_epoch`` an
+    integer in 1 .. :data:`MAX_SAMPLES_PER_EPOCH`; ``nodes`` no more than the nodes the ops
+    name (at least 1); ``mean_staleness`` and ``wall_s``, when present, finite numbers ≥ 0;
+    ``measured`` a boolean, ``run_id`` and ``protocol`` strings. Columns: a grad's
+    ``batch_size`` in 1 .. :data:`MAX_BATCH`, its ``node`` (the learner) in
+    0 .. :data:`MAX_NODES`−1, its ``batch_index`` k in 0 .. the op count and its
+    ``sample_start`` ≥ 0 with the minibatch's end within (k+1)·max(samples_per_epoch,
+    :data:`MAX_NODES`·batch_size) (where every data layout puts a learner's k-th minibatch)
+    and :data:`MAX_POSITION`; ``epoch`` finite and ≥ 0; a mix's ``coef`` and ``self_coef``
+    and an input's ``weight`` finite and ≥ 0; ``staleness`` ≥ 0. Counts: at most one
+    gradient per learner that no apply consumes (in flight when the run ended), and at most
+    two evals more than applies (every writer evaluates at the start, after an update that
+    crosses an evaluation mark, and at the end).
+    """
+    h, ops, inp = trace.header, trace.ops, trace.inputs
+
+    def field(key: str, value: Any, rule: str) -> TraceError:
+        return TraceError(f"{name}: header '{key}' = {_shown(value)}: {rule}")
+
+    def column(table: str, col: str, values: np.ndarray, where: np.ndarray, rule: str,
+               rows: np.ndarray | None = None, offset: int = 0) -> None:
+        """Refuse the first row of ``values`` (rows ``rows``, or ``offset`` + position) where ``where``."""
+        if where.any():
+            j = int(np.argmax(where))
+            row = offset + (int(rows[j]) if rows is not None else j)
+            what = f"op {row} ({KIND_NAMES[int(ops['kind'][row])]})" if table == "ops" else f"input {row}"
+            v = values[j]
+            shown = repr(float(v)) if values.dtype.kind == "f" else str(int(v))
+            raise TraceError(f"{name}: {what}: column '{col}' = {shown}: {rule}")
+
+    def integer(key: str, lo: int, hi: int, reason: str) -> int:
+        v = h.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise field(key, v, f"expected an integer in {lo:,} .. {hi:,} ({reason})")
+        return v
+
+    for key in ("data_seed", "samples_per_epoch"):
+        if key not in h:
+            raise TraceError(f"{name}: trace header lacks {key!r}: cannot replay it")
+    integer("data_seed", 0, MAX_SEED, "a seed's range")
+    spe = integer("samples_per_epoch", 1, MAX_SAMPLES_PER_EPOCH, "workload.teacher_samples' maximum, the largest "
+                  "training set a replay loads; a replay holds each epoch's permutation of it")
+    for key in ("mean_staleness", "wall_s"):
+        v = h.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            raise field(key, v, "expected a finite number ≥ 0")
+    if not isinstance(h.get("measured", False), bool):
+        raise field("measured", h["measured"], "expected true or false")
+    for key in ("run_id", "protocol"):
+        if not isinstance(h.get(key, ""), str):
+            raise field(key, h[key], "expected a string")
+
+    n, kind = trace.n_ops, ops["kind"]
+    n_applies, n_evals = int(np.count_nonzero(kind == APPLY)), int(np.count_nonzero(kind == EVAL))
+    if n_evals > n_applies + 2:
+        raise TraceError(f"{name}: {n_evals:,} eval ops for {n_applies:,} applies: a run evaluates only at its "
+                         "start, after an update and at its end")
+    consumed = np.zeros(n, bool)
+    consumed[inp["grad_op"]] = True
+    left = np.zeros(MAX_NODES, np.int64)  # gradients no apply consumes, per learner
+    named = -1                            # the highest state node an op names
+    for lo in range(0, n, CHUNK_ROWS):
+        hi = min(n, lo + CHUNK_ROWS)
+        kk, nd = kind[lo:hi], ops["node"][lo:hi]
+        g = np.flatnonzero(kk == GRAD)
+        learner = nd[g]
+        column("ops", "node", learner, (learner < 0) | (learner >= MAX_NODES),
+               f"a learner is in 0 .. {MAX_NODES - 1:,} (cluster.learners' maximum)", g, lo)
+        left += np.bincount(learner[~consumed[lo:hi][g]], minlength=MAX_NODES)
+        if left.max() > 1:
+            raise TraceError(f"{name}: learner {int(np.argmax(left))} has {int(left.max()):,} or more gradients no "
+                             "apply consumes: a learner has at most one in flight when a run ends")
+        size = ops["batch_size"][lo:hi][g].astype(np.int64)
+        column("ops", "batch_size", size, (size < 1) | (size > MAX_BATCH),
+               f"a minibatch holds 1 .. {MAX_BATCH:,} samples (cluster.minibatch's range)", g, lo)
+        k = ops["batch_index"][lo:hi][g]
+        column("ops", "batch_index", k, (k < 0) | (k > n), f"a learner's k-th minibatch: 0 ≤ k ≤ the {n:,} ops",
+               g, lo)
+        start = ops["sample_start"][lo:hi][g]
+        column("ops", "sample_start", start, start < 0, "a stream position is ≥ 0", g, lo)
+        column("ops", "sample_start", start, start > MAX_POSITION - size,
+               "a stream position plus its minibatch stays below 2^62", g, lo)
+        reach = (k + 1.0) * np.maximum(float(spe), float(MAX_NODES) * size)
+        column("ops", "sample_start", start, start + size > reach,
+               f"beyond where any data layout puts a learner's k-th minibatch ((k+1)·max(samples_per_epoch = "
+               f"{spe:,}, {MAX_NODES:,}·batch_size), k = its batch_index)", g, lo)
+        e = ops["epoch"][lo:hi]
+        column("ops", "epoch", e, ~(np.isfinite(e) & (e >= 0)), "training progress is a finite number ≥ 0", None, lo)
+        m = np.flatnonzero(kk == MIX)
+        for col in ("coef", "self_coef"):
+            v = ops[col][lo:hi][m]
+            column("ops", col, v, ~(np.isfinite(v) & (v >= 0)), "a mixing factor is a finite number ≥ 0", m, lo)
+        for a in (nd[(kk == APPLY) | (kk == MIX) | (kk == EVAL)], ops["src_node"][lo:hi][(kk == GRAD) | (kk == MIX)]):
+            if len(a):
+                named = max(named, int(a.max()))
+    del consumed
+    w, s = inp["weight"], inp["staleness"]
+    column("inputs", "weight", w, ~(np.isfinite(w) & (w >= 0)), "an averaging weight is a finite number ≥ 0")
+    column("inputs", "staleness", s, s < 0, "staleness counts versions: ≥ 0")
+    nodes = _header_nodes(h)
+    if nodes is None or nodes > max(1, named + 1):
+        raise field("nodes", h.get("nodes"), f"expected an integer in 1 .. {max(1, named + 1):,}, the nodes the ops "
+                    "name (a replay holds a state per node)")
