@@ -218,8 +218,10 @@ class StackedReplayer:
         # an eval also reads every node's latest version at its point (the average, the distance)
         evals = plan.evals
         latest_at = np.empty((len(evals), N), np.int64)
-        for k in range(N):
-            latest_at[:, k] = offset[k] + np.searchsorted(mut[node[mut] == k], evals)
+        keys = np.sort(node[mut] * (n + 1) + mut)  # (node, op) as one sorted key: no pass over mut per node
+        first = np.searchsorted(keys, np.arange(N, dtype=np.int64) * (n + 1))
+        for k in range(N):  # node k's mutations before each eval
+            latest_at[:, k] = offset[k] + np.searchsorted(keys, k * (n + 1) + evals) - first[k]
         own = evals[node[evals] >= 0]
         # readers of every state: its mutation, grads, mixes (as sender), evals, the end
         readers = np.bincount(sid_in[mut], minlength=n_states)

@@ -43,6 +43,8 @@ MAX_SAMPLES_PER_EPOCH = 10**8  # workload.teacher_samples' maximum, the largest 
 #                                loads; a replay holds each epoch's permutation (8 bytes a sample)
 MAX_SEED = 2**63 - 1           # seed's maximum
 MAX_POSITION = 2**62           # a stream position plus a minibatch stays an int64
+MAX_EVAL_READS = 10**8         # evals × nodes: an eval reads every node's latest state, and a replay
+#                                plans 8 bytes for each such read
 
 GRAD, APPLY, MIX, EVAL = 0, 1, 2, 3
 KIND_NAMES = ("grad", "apply", "mix", "eval")
@@ -596,7 +598,8 @@ def check_replayable(trace: Trace, name: str = "<trace>") -> None:
     and an input's ``weight`` finite and ≥ 0; ``staleness`` ≥ 0. Counts: at most one
     gradient per learner that no apply consumes (in flight when the run ended), and at most
     two evals more than applies (every writer evaluates at the start, after an update that
-    crosses an evaluation mark, and at the end).
+    crosses an evaluation mark, and at the end), and evals × nodes at most
+    :data:`MAX_EVAL_READS`.
     """
     h, ops, inp = trace.header, trace.ops, trace.inputs
 
@@ -641,6 +644,10 @@ def check_replayable(trace: Trace, name: str = "<trace>") -> None:
     if n_evals > n_applies + 2:
         raise TraceError(f"{name}: {n_evals:,} eval ops for {n_applies:,} applies: a run evaluates only at its "
                          "start, after an update and at its end")
+    nodes = _header_nodes(h)
+    if nodes is not None and n_evals * nodes > MAX_EVAL_READS:
+        raise TraceError(f"{name}: {n_evals:,} eval ops × {nodes:,} nodes is more than {MAX_EVAL_READS:.0e} reads: "
+                         "each eval reads every node's latest state (a replay plans 8 bytes for each)")
     consumed = np.zeros(n, bool)
     consumed[inp["grad_op"]] = True
     left = np.zeros(MAX_NODES, np.int64)  # gradients no apply consumes, per learner
@@ -683,7 +690,6 @@ def check_replayable(trace: Trace, name: str = "<trace>") -> None:
     w, s = inp["weight"], inp["staleness"]
     column("inputs", "weight", w, ~(np.isfinite(w) & (w >= 0)), "an averaging weight is a finite number ≥ 0")
     column("inputs", "staleness", s, s < 0, "staleness counts versions: ≥ 0")
-    nodes = _header_nodes(h)
     if nodes is None or nodes > max(1, named + 1):
         raise field("nodes", h.get("nodes"), f"expected an integer in 1 .. {max(1, named + 1):,}, the nodes the ops "
                     "name (a replay holds a state per node)")

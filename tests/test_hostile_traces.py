@@ -196,6 +196,21 @@ def test_trace_names_the_learners_of_a_parameter_server_trace(traces, capsys):
     assert "protocol dpsgd, nodes 2," in capsys.readouterr().out
 
 
+def test_evals_times_nodes_is_bounded(tmp_path, capsys):
+    # 1,001 evals (after 999 applies of no gradient, cheap to write) of a trace whose one grad
+    # names node 99,999: each eval would read 10⁵ nodes' states, 10⁸ reads in all
+    b = T.TraceBuilder()
+    b.eval(0, 0, 0.0, 0.0)
+    b.grad(0, 99_999, 0, 0, 8, 0, 0.0, 1.0, 0.0)
+    for v in range(999):
+        b.apply(0, v, [], [], [], 1.0, 0.0)
+        b.eval(0, v + 1, 1.0, 0.0)
+    b.eval(T.AVERAGE_NODE, T.AVERAGE_NODE, 1.0, 0.0)
+    f = tmp_path / "wide.ddlt"
+    T.write(b.build({"nodes": 100_000, "protocol": "dpsgd", "data_seed": 0, "samples_per_epoch": 1797}), f)
+    refused(capsys, ["trace", str(f)], str(f), "1,001 eval ops × 100,000 nodes")
+
+
 def kind_only(n: int, kind: int) -> bytes:
     """A file of ``n`` ops storing only ``kind``; every other column is one constant in the
     header (a consistent graph: grads reading version 0 of node 0, or evals of it)."""
