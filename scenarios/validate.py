@@ -16,6 +16,7 @@ import csv
 import io
 import math
 import statistics
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     from ..analysis.table import Table
 
     table = Table([{"run_id": r["run_id"], "protocol": r["protocol"], "learners": r["learners"],
-                    "cluster.stragglers.fraction": r["stragglers"], "epochs": r["epochs"],
+                    "cluster.stragglers": r["stragglers"], "epochs": r["epochs"],
                     "sim_time_s": r["simulated_time_per_epoch_s"] * r["epochs"],
                     "measured_sim_time_s": r["measured_time_per_epoch_s"] * r["epochs"]} for r in rows])
     return simulated_vs_measured(table)
@@ -160,7 +161,8 @@ def validate(scenario: Scenario, out: Path, profile: str | None = None, progress
     out.mkdir(parents=True, exist_ok=True)
     kept = _stored_rows(out / "validation.csv") if resume else {}
     rows: list[dict[str, Any]] = []
-    for point in tqdm(points, desc="validate", unit="run", disable=not progress):
+    bar = progress and sys.stderr.isatty()  # a log or a pipe gets no carriage-return bar
+    for point in tqdm(points, desc="validate", unit="run", disable=not bar):
         rows.append(kept.get(point["_id"]) or validate_point(point, profile, device))
         write_csv(rows, out / "validation.csv")
     fig = figure(rows)
