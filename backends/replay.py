@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import nn
 
+from ..simulator.catalog import FILE_DATASETS
 from ..simulator.trace import Trace
 from .base import BackendError, BackendResult, RunOptions
 from .device import resolve_device, torch_threads
@@ -96,6 +97,17 @@ def summarize(curves: list[dict[str, Any]], target_error: float, diverged: bool,
     return out
 
 
+def check_samples(trace: Trace, point: dict[str, Any], data: Data) -> None:
+    """Refuse a trace whose epoch holds more samples than the files found in the data
+    directory hold (it would wrap around them silently); the embedded sets may wrap."""
+    spe = trace.header.get("samples_per_epoch")
+    found = len(data.train_y)
+    if point["workload"]["dataset"] in FILE_DATASETS and isinstance(spe, int) and spe > found:
+        raise BackendError(f"the trace's samples_per_epoch = {spe:,} is more than the {found:,} training samples "
+                           f"of {point['workload']['dataset']} found: pass the --data-dir that holds them all, or "
+                           "simulate again with these files")
+
+
 class ReplayBackend:
     """Backend "replay": executes a simulated (or live) trace on one device."""
 
@@ -108,6 +120,7 @@ class ReplayBackend:
         device = resolve_device(options.device)
         with torch_threads(options.threads):
             data = load_data(point, options.data_dir, options.download, device=device)
+            check_samples(trace, point, data)
             model = build_model(point).to(device)
             # a measured (live) trace carries the ⟨σ⟩ its run used; else the trace's own mean
             sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))

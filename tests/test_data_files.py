@@ -288,3 +288,17 @@ def test_data_files_are_read_only_if_regular_and_bounded(tmp_path, monkeypatch):
     os.mkfifo(fifo)
     with pytest.raises(BackendError, match="test_batch: not a regular file"):
         data_files("cifar10", str(tmp_path))
+
+
+def test_replaying_a_trace_against_fewer_files_than_its_epoch_is_refused(tmp_path, capsys):
+    # rule: `ddlsim replay TRACE --data-dir` with fewer training samples than the trace's epoch
+    # would wrap around them silently: refused, both numbers named, nothing written
+    cifar_folder(tmp_path / "data", {"data_batch_1": 250, "test_batch": 30})
+    rc, err, out = run(tmp_path, capsys, "cifar10", tmp_path / "data", "--traces")
+    assert rc == 0, err
+    (trace,) = (out / "runs").glob("*/trace.ddlt")
+    cifar_folder(tmp_path / "few", {"data_batch_1": 100, "test_batch": 30})
+    rc = main(["replay", str(trace), "--scenario", str(tmp_path / "s.toml"), "--data-dir", str(tmp_path / "few"),
+               "--out", str(tmp_path / "r"), "--device", "cpu", "--no-report"])
+    one_line(capsys.readouterr().err, "samples_per_epoch = 250", "100")
+    assert rc == 2 and not (tmp_path / "r" / "summary.csv").exists()
