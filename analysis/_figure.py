@@ -8,6 +8,7 @@ Agg (PNG) or the SVG writer whatever backend the user has configured.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,6 +121,40 @@ def plain_log2_axis(ax: Axes, axis: str, ticks: Sequence[float]) -> None:
     if ticks:
         (ax.set_xticks if axis == "x" else ax.set_yticks)(sorted(set(ticks)))
     target.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
+
+
+def wrap(text: str, width: int = 44) -> str:
+    """``text`` broken into lines of at most ``width`` characters (a legend entry, a note)."""
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
+
+
+def same_text(names: Sequence[str], identical: bool = True, width: int = 44) -> str:
+    """One legend entry naming every one of ``names`` (labels of configurations drawn as one).
+
+    Names of the same shape that differ in some words, and together are every combination of
+    those words, are written once with the alternatives joined by "/" (``"async/1-softsync
+    μ=8/32 constant"`` for four); any other set is listed in full, joined by "≡"
+    (``identical``) or ",". With ``identical`` and several names, "(N identical)" follows.
+    Wrapped at ``width``, never inside that count."""
+    names = list(dict.fromkeys(names))
+    if len(names) < 2:
+        return wrap(names[0] if names else "", width)
+    words = [n.split(" ") for n in names]
+    same_shape = len({len(w) for w in words}) == 1
+    options = [list(dict.fromkeys(w[i] for w in words)) for i in range(len(words[0]))] if same_shape else []
+    if same_shape and math.prod(len(o) for o in options) == len(names):
+        text = " ".join(_alternatives(o) for o in options)
+    else:
+        text = (" ≡ " if identical else ", ").join(names)
+    return wrap(text + (f" ({len(names)}\u00a0identical)" if identical else ""), width)
+
+
+def _alternatives(words: list[str]) -> str:
+    """``"a/b"``; ``"μ=8/32"`` for words that all name the same key."""
+    keys = {w.partition("=")[0] for w in words}
+    if len(words) > 1 and len(keys) == 1 and all("=" in w for w in words):
+        return f"{keys.pop()}=" + "/".join(w.partition("=")[2] for w in words)
+    return "/".join(words)
 
 
 LINESTYLES = ("-", "--", ":", "-.")

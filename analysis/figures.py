@@ -64,17 +64,20 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "speedup", "Speed-up over one learner",
         "Run time of one learner divided by the run time with λ learners (log2 axes); the "
-        "dashed line is linear speed-up. Rudra reports 22–28× with up to 30 learners.",
+        "dashed line is linear speed-up. Configurations with identical speed-ups share one line "
+        "whose legend names them all. Rudra reports 22–28× with up to 30 learners.",
         lambda r: plots.speedup(r.summary)),
     FigureSpec(
         "speedup_to_target", "Speed-up of time to target error",
         "The same ratio for the time to reach the target error, which also charges a "
-        "protocol for the accuracy it loses to staleness.",
+        "protocol for the accuracy it loses to staleness. A configuration that reached the target "
+        "only with one learner has no line; the legend names it.",
         lambda r: plots.speedup(r.summary, "time_to_target_s")),
     FigureSpec(
         "staleness", "Staleness distributions",
         "Frequency of each gradient staleness σ per run, with the mean ⟨σ⟩ (red). For "
-        "n-softsync Rudra finds ⟨σ⟩ ≈ n (dashed) and σ rarely above 2n; hardsync has σ = 0.",
+        "n-softsync Rudra finds ⟨σ⟩ ≈ n (dashed) and σ rarely above 2n. Runs with σ = 0 for every "
+        "gradient (hardsync, one learner) get no panel; the title names them.",
         lambda r: plots.staleness_histograms(r.staleness)),
     FigureSpec(
         "simulated_vs_measured", "Simulated against measured time",

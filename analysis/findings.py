@@ -66,14 +66,15 @@ def staleness_finding(rows: list[Row]) -> str | None:
         const = pol.get("constant")
         for name in AWARE:
             aware = pol.get(name)
-            if const is None or aware is None or not is_number(const.get("staleness_mean")):
+            if const is None or aware is None or not all(
+                    is_number(const.get(k)) for k in ("staleness_mean", "final_test_error", "learners", "minibatch")):
                 continue
             if const["staleness_mean"] < 1 or learned(const) or not learned(aware):
                 continue
             cases.append((const, aware, name))
     if not cases:
         return None
-    const, aware, name = max(cases, key=lambda c: (c[0].get("learners") or 0,
+    const, aware, name = max(cases, key=lambda c: (c[0]["learners"],
                                                    c[0]["final_test_error"] - c[1]["final_test_error"]))
     where = f"λ = {const['learners']:g}, μ = {const['minibatch']:g}"
     text = (f"{label(const, keys=[], omit=('learners', 'minibatch'))} with a constant learning rate does not "
@@ -82,12 +83,16 @@ def staleness_finding(rows: list[Row]) -> str | None:
             f"{pct(aware['final_test_error'])}")
     hard = best((r for r in rows if r.get("protocol") == "hardsync" and r.get("learners") == const["learners"]
                  and r.get("minibatch") == const["minibatch"]), "final_test_error")
-    if hard is not None and is_number(hard.get("sim_time_s")) and is_number(aware.get("sim_time_s")):
+    if hard is not None and _positive(hard.get("sim_time_s")) and is_number(aware.get("sim_time_s")):
         saved = 1 - aware["sim_time_s"] / hard["sim_time_s"]
         text += (f" (hardsync: {pct(hard['final_test_error'])}) in "
                  + (f"{100 * saved:.0f} % less time" if saved > 0 else f"{-100 * saved:.0f} % more time")
                  + f" ({secs(aware['sim_time_s'])} against hardsync's {secs(hard['sim_time_s'])})")
     return text + "."
+
+
+def _positive(v: Any) -> bool:
+    return is_number(v) and v > 0
 
 
 def ranks(values: list[float]) -> list[float]:
@@ -158,20 +163,52 @@ def findings(rows: Iterable[Row]) -> list[str]:
     return [s for s in out if s]
 
 
-def answers(rows: Iterable[Row]) -> list[tuple[str, Row, str]]:
+TIE_SAMPLES = 2  # final errors this many test samples apart are one result: the noise of the test set
+
+
+def tie_width(test_size: int | None) -> float:
+    """How far apart two test errors may lie and still be tied: ``TIE_SAMPLES`` test samples
+    (``TIE_SAMPLES / test_size``), or 0 (equal only) when the test set's size is unknown."""
+    return TIE_SAMPLES / test_size if test_size else 0.0
+
+
+def tied(rows: Iterable[Row], winner: Row, col: str = "final_test_error",
+         test_size: int | None = None) -> list[Row]:
+    """The other runs that learned whose ``col`` lies within :func:`tie_width` of the
+    ``winner``'s (the winner excluded), ordered as :func:`best` orders them."""
+    width = tie_width(test_size)
+    top = winner[col]
+    out = [r for r in rows if r is not winner and learned(r) and is_number(r.get(col))
+           and r[col] - top <= width + 1e-12]
+    return sorted(out, key=lambda r: (r[col], r["sim_time_s"] if is_number(r.get("sim_time_s")) else float("inf"),
+                                      label(r)))
+
+
+def answers(rows: Iterable[Row]) -> list[tuple[str, Row | None, str]]:
     """(question, row, value text) for: lowest final error, fastest to the target, shortest run;
-    only runs that learned compete, ties broken as :func:`best` says."""
+    only runs that learned compete, ties broken as :func:`best` says. When the runs carry a
+    time to target (the column exists), the shortest run is the shortest of those that reached
+    the target, a run that did not is no answer; none did: the row is ``None`` and the text
+    says so."""
     rows = list(rows)
-    out = []
+    out: list[tuple[str, Row | None, str]] = []
     if r := best(rows, "final_test_error"):
         out.append(("Lowest final test error", r, pct(r["final_test_error"])
                     + (f" after {secs(r['sim_time_s'])}" if is_number(r.get("sim_time_s")) else "")))
     if r := best(rows, "time_to_target_s"):
         out.append(("Fastest to the target error", r, secs(r["time_to_target_s"])))
-    if r := best(rows, "sim_time_s", keep=lambda r: r.get("diverged") is not True and r.get("did_not_learn") is not True):
+    usable = [r for r in rows if r.get("diverged") is not True and r.get("did_not_learn") is not True]
+    if any("time_to_target_s" in r for r in rows):
+        question = "Shortest simulated run that reached the target error"
+        if r := best(usable, "sim_time_s", keep=lambda r: is_number(r.get("time_to_target_s"))):
+            out.append((question, r, secs(r["sim_time_s"]) + (
+                f" ({pct(r['final_test_error'])} final error)" if is_number(r.get("final_test_error")) else "")))
+        elif any(is_number(r.get("sim_time_s")) for r in rows):
+            out.append((question, None, f"none of the {len(rows)} runs reached the target error"))
+    elif r := best(usable, "sim_time_s", keep=lambda r: True):
         out.append(("Shortest simulated run", r, secs(r["sim_time_s"])))
     return out
 
 
-__all__ = ["findings", "answers", "best", "learned", "staleness_finding", "minibatch_finding",
+__all__ = ["findings", "answers", "best", "learned", "tied", "tie_width", "TIE_SAMPLES", "staleness_finding", "minibatch_finding",
            "not_learned_finding", "spearman", "ranks"]

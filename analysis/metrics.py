@@ -43,10 +43,10 @@ def speedups(summary: Iterable[Row], metric: str = "sim_time_s") -> list[dict[st
     A series is a configuration without ``learners`` (protocol, n, μ, swept keys); its
     baseline is its own λ = 1 run, else the λ = 1 runs with the same μ and swept keys
     under any protocol (one learner runs alike under all of them). Repeated runs are
-    averaged; runs without a positive ``metric`` are skipped. Returns rows
+    averaged; runs without a positive ``metric`` or a positive λ are skipped. Returns rows
     ``series, protocol, learners, time, baseline, speedup`` sorted by series then λ.
     """
-    rows = [r for r in summary if is_number(r.get("learners"))
+    rows = [r for r in summary if is_number(r.get("learners")) and r["learners"] > 0
             and is_number(r.get(metric)) and r[metric] > 0]
     keys = varying_keys(rows)
     anyproto = ("learners", "protocol", "softsync_n")

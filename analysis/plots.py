@@ -25,10 +25,11 @@ from matplotlib.ticker import MaxNLocator
 
 from ._figure import (ERROR_COLUMNS, LINESTYLES, describe, fmt_value, is_no_data,
                       new_figure, no_data, panel_grid, panel_size, percent_axis,
-                      plain_log2_axis, styles, text_color, use_log)
-from .metrics import config_sorted, pareto_front, sim_measured_pairs, speedups
+                      plain_log2_axis, same_text, styles, text_color, use_log, wrap)
+from .metrics import CONFIG_ORDER, config_sorted, pareto_front, sim_measured_pairs, speedups
 from .findings import learned
-from .table import Row, Table, config_key, is_number, label, labels, mean, varying_keys
+from .table import (Row, Table, config_key, is_number, is_value, label, labels, mean, protocol_name,
+                    varying_keys)
 
 PANEL_KEY = ("learners", "minibatch")  # a panel shows one configuration across λ and μ
 
@@ -52,7 +53,7 @@ def _merge_identical(panels: dict[tuple, list[Row]], keys: list[str],
     merged: dict[tuple, list[Row]] = {}
     titles: dict[tuple, list[str]] = {}
     for rs in panels.values():
-        sig = tuple(sorted((str(r.get("learners")), str(r.get("minibatch")), value(r)) for r in rs))
+        sig = tuple(sorted((str(r.get("learners")), str(r.get("minibatch")), repr(value(r))) for r in rs))
         merged.setdefault(sig, rs)
         titles.setdefault(sig, []).append(_panel_title(rs[0], keys))
     return [(" ≡ ".join(titles[k]) + (" (identical)" if len(titles[k]) > 1 else ""), rs)
@@ -230,7 +231,9 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
     ``protocol``, ``learners``, ``softsync_n`` (and any other configuration column).
     With more runs than ``max_panels``, each protocol configuration contributes in
     turn its runs with the most learners first. Runs with the same protocol, λ, μ and
-    histogram (one simulation replayed with different optimizers) are shown once.
+    histogram (one simulation replayed with different optimizers) are shown once. Runs
+    whose every gradient has σ = 0 (hardsync) get no panel, a single bar says nothing: the
+    title says how many and which were left out (all of them: a "no data" figure).
     """
     title = "Staleness distribution per run"
     miss = _missing(stale, "run_id", "staleness", "count")
@@ -246,6 +249,10 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
             hist[r["staleness"]] = hist.get(r["staleness"], 0) + r["count"]
     if not runs:
         return no_data(title, "no positive staleness counts")
+    fresh = list({_simulation(heads[rid]): heads.pop(rid)  # one per simulation
+                  for rid in list(heads) if set(runs[rid]) == {0}}.values())
+    if not heads:
+        return no_data(title, "every gradient of every run has staleness σ = 0 (e.g. hardsync)")
     keys = varying_keys(heads.values())
     first: dict[tuple, str] = {}  # runs that share a simulation (e.g. differ in lr policy only) once
     same: dict[str, list[Row]] = {}
@@ -264,9 +271,31 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
         rid = str(head.get("run_id"))
         _staleness_panel(ax, runs[rid], head)
         ax.set_title(names[rid], fontsize=9)
-    more = f" ({len(shown)} of {len(heads)} runs)" if len(heads) > len(shown) else ""
-    fig.suptitle(title + more)
+    more = f" ({len(shown)} of {len(heads)} runs with stale gradients)" if len(heads) > len(shown) else ""
+    fig.suptitle(title + more + _fresh_note(fresh))
     return fig
+
+
+def _simulation(head: Row) -> tuple[str, ...]:
+    """What makes a run's staleness: protocol, n, λ, μ (the run id for a run without them)."""
+    if not is_value(head.get("protocol")):
+        return (str(head.get("run_id")),)
+    return tuple(str(head.get(c)) for c in CONFIG_ORDER)
+
+
+def _fresh_note(fresh: list[Row]) -> str:
+    """The title's second line naming the runs left out for σ ≡ 0, by protocol."""
+    if not fresh:
+        return ""
+    lams: dict[str, set[float]] = {}
+    for r in config_sorted(fresh):
+        name = protocol_name(r) if is_value(r.get("protocol")) else str(r.get("run_id"))
+        lams.setdefault(name, set()).update([r["learners"]] if is_number(r.get("learners")) else [])
+    which = "; ".join(name + (f" λ = {min(v):g}" if len(v) == 1 else
+                              f" λ ∈ {{{', '.join(f'{x:g}' for x in sorted(v))}}}" if v else "")
+                      for name, v in lams.items())
+    runs = f"{len(fresh)} run{'s' * (len(fresh) != 1)}"
+    return "\n" + wrap(f"not shown: {runs} with σ = 0 for every gradient ({which})", 110)
 
 
 def _round_robin(heads: list[Row], limit: int) -> list[Row]:
@@ -293,7 +322,8 @@ def _staleness_panel(ax: Axes, hist: dict[float, float], head: Row) -> None:
     if head.get("protocol") != "async" and is_number(n):
         ax.axvline(n, color="0.2", linestyle="--", linewidth=1, label=f"n = {n:g}")
         marks.append(n)
-    ax.set_xlim(min(marks) - 0.75, max(marks) + 0.75)
+    pad = max(0.75, 0.04 * (max(marks) - min(marks)))  # the outer bars clear the frame
+    ax.set_xlim(min(marks) - pad, max(marks) + pad)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("staleness σ (updates)")
     ax.set_ylabel("frequency")
@@ -304,36 +334,52 @@ def _staleness_panel(ax: Axes, hist: dict[float, float], head: Row) -> None:
 # -- speed-up -------------------------------------------------------------------------------
 def speedup(summary: Table, metric: str = "sim_time_s") -> Figure:
     """Speed-up ``T(λ=1) / T(λ)`` of ``metric`` against learners on log2 axes, one line
-    per configuration (configurations with identical speed-ups share one line, its label
-    counting the others), with the ideal (linear) line; see :func:`speedups` for the rule."""
-    what = "run time" if metric == "sim_time_s" else describe(metric)
+    per configuration, with the ideal (linear) line; see :func:`speedups` for the rule.
+
+    Configurations with identical speed-ups share one line whose legend entry names every
+    one of them (:func:`same_text`). A configuration with no point beyond its λ = 1
+    baseline (e.g. only one learner reached the target) has no speed-up to draw: it is left
+    out, and a legend note names it."""
+    what = "run time" if metric == "sim_time_s" else _unitless(describe(metric))
     title = f"Speed-up of {what} over one learner"
-    data = speedups(summary or Table(), metric)
+    data = [d for d in speedups(summary or Table(), metric) if math.isfinite(d["speedup"]) and d["speedup"] > 0]
     if not data:
-        return no_data(title, f"no λ = 1 baseline with {metric}")
-    fig = new_figure(7.5, 4.8)
-    ax = fig.add_subplot()
+        return no_data(title, f"no λ = 1 baseline with {describe(metric)}")
     series: dict[tuple, list[str]] = {}  # series with identical points drawn once
     for name in dict.fromkeys(d["series"] for d in data):
         sig = tuple((d["learners"], d["speedup"]) for d in data if d["series"] == name)
         series.setdefault(sig, []).append(name)
+    alone = [n for sig, names in series.items() if all(lam == 1 for lam, _ in sig) for n in names]
+    series = {sig: names for sig, names in series.items() if not all(lam == 1 for lam, _ in sig)}
+    if not series:
+        return no_data(title, f"no configuration has {describe(metric)} beyond one learner")
+    fig = new_figure(8.5, 4.8)
+    ax = fig.add_subplot()
     for (sig, same), (color, style) in zip(series.items(), styles(len(series))):
-        text = same[0] + (f" (≡ {len(same) - 1} more: identical)" if len(same) > 1 else "")
         ax.plot([lam for lam, _ in sig], [v for _, v in sig], marker="o",
-                markersize=4, color=color, linestyle=style, label=text)
-    lams = sorted({d["learners"] for d in data})
+                markersize=4, color=color, linestyle=style, label=same_text(same))
+    lams = sorted({lam for sig in series for lam, _ in sig})
     ax.plot([min(lams), max(lams)], [min(lams), max(lams)], color="black", linestyle="--",
             linewidth=1, label="ideal (linear)")
+    if alone:
+        reached = "reached the target" if metric == "time_to_target_s" else f"has {what}"
+        ax.plot([], [], linestyle="", label=wrap(f"not drawn ({len(alone)}: only λ\u00a0=\u00a01 {reached}): "
+                                                 + same_text(alone, identical=False)))
     plain_log2_axis(ax, "x", lams)
-    ys = [d["speedup"] for d in data] + [min(lams), max(lams)]
+    ys = [v for sig in series for _, v in sig] + [min(lams), max(lams)]
     plain_log2_axis(ax, "y", [2.0 ** k for k in range(math.floor(math.log2(min(ys))),
                                                      math.ceil(math.log2(max(ys))) + 1)])
     ax.set_xlabel("learners λ")
-    ax.set_ylabel(f"speed-up T(λ=1) / T(λ) of {metric}")
-    ax.set_title(title)
+    ax.set_ylabel("speed-up T(λ = 1) / T(λ)  (×)")
+    fig.suptitle(title)
     ax.grid(alpha=0.3)
     fig.legend(loc="outside right center", fontsize=8, frameon=False)
     return fig
+
+
+def _unitless(text: str) -> str:
+    """An axis text without its trailing unit, e.g. for a title."""
+    return text.rsplit(" (", 1)[0] if text.endswith(")") else text
 
 
 # -- Pareto ---------------------------------------------------------------------------------
@@ -421,27 +467,28 @@ def _markers(n: int) -> list[str]:
 # -- simulated vs measured ------------------------------------------------------------------
 def simulated_vs_measured(table: Table) -> Figure:
     """Simulated against measured time (per epoch when an epochs column exists) with
-    the y = x line; each point carries its relative error (simulated − measured) /
-    measured, the title the median |relative error| (as ``ddlsim validate`` prints it); see
+    the y = x line; with up to ten runs each point has its own colour and marker and the
+    legend names it with its relative error (simulated − measured) / measured (names beside
+    the points would overlap where points lie close); more runs are coloured by protocol.
+    The title gives the median |relative error| (as ``ddlsim validate`` prints it); see
     :func:`sim_measured_pairs`."""
     title = "Simulated vs measured time"
     pairs = sim_measured_pairs(table or Table())
     if not pairs:
         return no_data(title, "no measured (live) run to compare with a simulation")
     unit = "per epoch (s)" if all(p["per_epoch"] for p in pairs) else "per run (s)"
-    fig = new_figure(6.5, 5.5)
+    fig = new_figure(9.0 if len(pairs) <= len(MARKERS) else 6.5, 5.5)
     ax = fig.add_subplot()
     xs = [p["measured"] for p in pairs]
     ys = [p["simulated"] for p in pairs]
     lo, hi = min(xs + ys), max(xs + ys)
     ends = [lo * 0.8, hi * 1.2] if lo > 0 else [lo - 1, hi + 1]
     ax.plot(ends, ends, color="0.3", linestyle="--", linewidth=1, label="y = x (exact prediction)")
-    if len(pairs) <= 8:  # few runs: name each point with its error
-        ax.scatter(xs, ys, color="tab:blue", zorder=3)
-        for p in pairs:
-            ax.annotate(f"{p['label']}  {100 * p['rel_error']:+.1f}%", (p["measured"], p["simulated"]),
-                        xytext=(5, 5), textcoords="offset points", fontsize=7)
-    else:  # many runs: one colour per protocol, labels would overlap
+    if len(pairs) <= len(MARKERS):  # few runs: each point its own mark, named with its error in the legend
+        for p, (color, _), marker in zip(pairs, styles(len(pairs)), _markers(len(pairs))):
+            ax.scatter([p["measured"]], [p["simulated"]], color=color, marker=marker, zorder=3,
+                       label=f"{p['label']}: {100 * p['rel_error']:+.1f}%")
+    else:  # many runs: one colour per protocol, names beside the points would overlap
         proto = [str(p["label"]).split(" ")[0] for p in pairs]
         for k, name in enumerate(dict.fromkeys(proto)):
             sel = [i for i, q in enumerate(proto) if q == name]
@@ -455,7 +502,11 @@ def simulated_vs_measured(table: Table) -> Figure:
     ax.set_title(f"{title}\nmedian |relative error| {100 * mare:.1f}% over {len(pairs)} "
                  f"run{'s' if len(pairs) > 1 else ''}", fontsize=11)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    if len(pairs) <= len(MARKERS):
+        fig.legend(loc="outside right center", fontsize=8, frameon=False,
+                   title="run: (simulated − measured) / measured", title_fontsize=8)
+    else:
+        ax.legend(fontsize=8, loc="upper left")
     return fig
 
 

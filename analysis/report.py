@@ -17,10 +17,10 @@ from typing import Any
 from ._figure import fmt_value
 from ..simulator.results_folder import write_file
 from .figures import FORMATS, FigureSpec, render_bytes, save_figures
-from .findings import answers, findings, learned
+from .findings import TIE_SAMPLES, answers, findings, learned, tie_width, tied
 from .metrics import pareto_front
 from .results import Results, load_results
-from .table import Table, labels
+from .table import Table, is_value, labels, sort_key
 
 MIME = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -36,6 +36,15 @@ th, td { border-bottom: 1px solid #eee; padding: .2rem .5rem; text-align: right;
 th { position: sticky; top: 0; background: #f4f4f4; text-align: center; }
 td.text { text-align: left; } tr.front td { background: #eef7ee; font-weight: 600; }
 tr.diverged td { color: #a33; }
+table.summary { display: grid; }
+table.summary thead, table.summary tbody, table.summary tr { display: contents; }
+table.summary th { order: -1; z-index: 1; white-space: normal; vertical-align: bottom; }
+table.summary .more { display: none; }
+#all-columns:checked ~ .scroll table.summary .more { display: block; }
+input.control { position: absolute; opacity: 0; pointer-events: none; }
+.controls label, th label { cursor: pointer; user-select: none; }
+.controls label { color: #06c; } th label.dir { color: #999; font-size: .7rem; padding-left: .1rem; }
+.notes { color: #8a5a00; }
 """
 
 
@@ -74,12 +83,14 @@ def report_html(results: Results, image_format: str = "svg",
         f"<p>{html.escape(spec.explanation)}</p>"
         f'<figure><img src="{uri}" alt="{html.escape(spec.title)}"></figure></section>\n'
         for spec, uri in figures)
+    table, table_style = _summary_table(results.summary)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>ddlsim report: {name}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        f"<title>ddlsim report: {name}</title>\n<style>{STYLE}{table_style}</style>\n</head>\n<body>\n"
         f"<h1>ddlsim report: {name}</h1>\n<p class=\"meta\">{_meta(results)}</p>\n"
         f"{_highlights(results)}\n<nav><ul>{nav}</ul></nav>\n{sections}"
-        f"<section id=\"summary\"><h2>Summary table</h2>{_summary_table(results.summary)}</section>\n"
+        f"<section id=\"summary\"><h2>Summary table</h2>{table}</section>\n"
+        f"{_notes(results)}"
         "</body>\n</html>\n")
 
 
@@ -111,20 +122,58 @@ def _meta(results: Results) -> str:
 
 def _highlights(results: Results) -> str:
     """What the sweep found (:func:`.findings.findings`), then the key answers: lowest final
-    error, fastest to target, shortest run (runs that learned; ties to the shorter time) and
-    the time/error frontier of the runs that learned."""
+    error with the runs tied with it (:func:`.findings.tied`), fastest to target, shortest
+    run that reached the target, and the time/error frontier of the runs that learned."""
     rows = list(results.summary)
     if not rows:
         return ""
     names = labels(rows)
     items = [_esc(f) for f in findings(rows)]
-    items += [f"{q}: <b>{_esc(names[str(r['run_id'])])}</b>, {_esc(v)}" for q, r, v in answers(rows)]
+    for q, r, v in answers(rows):
+        if r is None:
+            items.append(f"{q}: {_esc(v)}")
+            continue
+        items.append(f"{q}: <b>{_esc(names[str(r['run_id'])])}</b>, {_esc(v)}"
+                     + (_ties(rows, r, names, results.test_size) if q == "Lowest final test error" else ""))
     front = pareto_front([r for r in rows if learned(r)])
     if front:
         items.append("Pareto-optimal runs (time, final error): " + "; ".join(
             f"{_esc(names[str(r['run_id'])])} ({fmt_value('sim_time_s', r['sim_time_s'])}, "
             f"{fmt_value('final_test_error', r['final_test_error'])})" for r in front))
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
+
+
+def _ties(rows: list[dict[str, Any]], winner: dict[str, Any], names: dict[str, str],
+          test_size: int | None) -> str:
+    """The sentence naming the runs tied with the lowest final error, and the fastest of them."""
+    others = tied(rows, winner, "final_test_error", test_size)
+    if not others:
+        return ""
+    within = (f"within {TIE_SAMPLES} test samples ({fmt_value('final_test_error', tie_width(test_size))} of a "
+              f"{test_size}-sample test set: differences that small are noise)" if test_size
+              else "at the same error (the test set's size is unknown, so only equal errors count as tied)")
+    timed = [r for r in [winner, *others] if isinstance(r.get("sim_time_s"), (int, float))]
+    fastest = min(timed, key=lambda r: r["sim_time_s"], default=None)
+    quick = ""
+    if fastest is not None and fastest is not winner:
+        quick = (f"; the shortest of them: <b>{_esc(names[str(fastest['run_id'])])}</b> "
+                 f"({fmt_value('final_test_error', fastest['final_test_error'])} after "
+                 f"{fmt_value('sim_time_s', fastest['sim_time_s'])})")
+    listed = "; ".join(f"{_esc(names[str(r['run_id'])])} ({fmt_value('final_test_error', r['final_test_error'])}, "
+                       f"{fmt_value('sim_time_s', r.get('sim_time_s'))})" for r in others)
+    return (f"; tied with {len(others)} other run{'s' * (len(others) != 1)} {_esc(within)}{quick}"
+            f'<details class="ties"><summary>the {len(others)} tied run{"s" * (len(others) != 1)}</summary>'
+            f"{listed}</details>")
+
+
+def _notes(results: Results) -> str:
+    """What reading the results folder left out (cells read as missing, files skipped)."""
+    if not results.notes:
+        return ""
+    shown = results.notes[:20]
+    more = f"<li>and {len(results.notes) - len(shown)} more</li>" if len(results.notes) > len(shown) else ""
+    return ('<section id="notes"><h2>Notes on the results files</h2><ul class="notes">'
+            + "".join(f"<li>{_esc(n)}</li>" for n in shown) + more + "</ul></section>\n")
 
 
 def _esc(v: Any) -> str:
@@ -142,22 +191,117 @@ def _cell(v: Any) -> tuple[str, bool]:
     return _esc(v), not isinstance(v, int)
 
 
-def _summary_table(summary: Table) -> str:
-    """All summary columns, Pareto-optimal rows highlighted, rows that diverged or did not learn red."""
+# The summary table's columns: what identifies a run, then what it measured; the rest collapse.
+IDENTITY = ("run_id", "protocol", "softsync_n", "learners", "minibatch")
+RESULTS = ("final_test_error", "best_test_error", "time_to_target_s", "sim_time_s", "staleness_mean",
+           "diverged", "did_not_learn", "error")
+SIM_RESULTS = ("gradients_per_s", "staleness_max", "server_utilization", "link_in_utilization",
+               "link_out_utilization")  # shown too when no run was trained (a simulation only)
+HEADINGS = {"run_id": "run", "softsync_n": "n", "learners": "λ", "minibatch": "μ",
+            "final_test_error": "final error", "best_test_error": "best error",
+            "time_to_target_s": "time to target", "sim_time_s": "run time", "staleness_mean": "⟨σ⟩",
+            "staleness_max": "σ max", "gradients_per_s": "gradients/s", "server_utilization": "server util",
+            "link_in_utilization": "NIC in util", "link_out_utilization": "NIC out util",
+            "did_not_learn": "did not learn"}
+FORMATTED = {"final_test_error", "best_test_error", "time_to_target_s", "sim_time_s"}
+
+
+def heading(column: str) -> str:
+    """A column's heading in the summary table: a short name (the CSV name is its tooltip);
+    a swept key by its last part."""
+    return HEADINGS.get(column, column.rsplit(".", 1)[-1] if "." in column else column)
+
+
+def summary_columns(summary: Table) -> tuple[list[str], list[str]]:
+    """(shown, collapsed) columns of the summary table: the identifying columns and the swept
+    keys, then the results (:data:`RESULTS`, and :data:`SIM_RESULTS` for a simulation only),
+    each only where some run has a value; every other column collapses."""
+    swept = [c for c in summary.columns if "." in c and summary.has(c)]
+    trained = summary.has("final_test_error")
+    lead = [c for c in (*IDENTITY, *swept, *RESULTS, *(() if trained else SIM_RESULTS))
+            if c in summary.columns and (c == "run_id" or summary.has(c))]
+    return lead, [c for c in summary.columns if c not in lead]
+
+
+def _ranks(rows: list[dict[str, Any]], column: str, descending: bool) -> list[int]:
+    """Each row's place (0 first) when sorted by ``column``; empty cells last either way,
+    equal cells in table order (so every place is distinct)."""
+    def key(i: int) -> tuple[Any, ...]:
+        k = sort_key(rows[i].get(column))
+        if not descending or k[0] == 2:
+            return (k[0], k[1], i)
+        if k[0] == 0:
+            return (0, -k[1], i)
+        return (1, tuple(-ord(ch) for ch in k[1]), i)
+    order = sorted(range(len(rows)), key=key)
+    place = [0] * len(rows)
+    for p, i in enumerate(order):
+        place[i] = p
+    return place
+
+
+def _summary_table(summary: Table) -> tuple[str, str]:
+    """The summary table: identifying and result columns first (:func:`summary_columns`), the
+    others collapsed behind "show all columns"; Pareto-optimal rows highlighted, rows that
+    diverged or did not learn red. Sortable by any column, ascending or descending, without
+    script: each row carries its place under every sort as a CSS variable, and the checked
+    sort control orders the cells of the grid by it. Returns (HTML, its style rules)."""
     if not summary:
-        return "<p>No summary.csv in this results directory.</p>"
-    front = {id(r) for r in pareto_front([r for r in summary.rows if learned(r)])}
-    head = "".join(f"<th>{_esc(c)}</th>" for c in summary.columns)
+        return "<p>No summary.csv in this results directory.</p>", ""
+    rows = summary.rows
+    lead, rest = summary_columns(summary)
+    columns = lead + rest
+    front = {id(r) for r in pareto_front([r for r in rows if learned(r)])}
+    places = {(k, d): _ranks(rows, c, d) for k, c in enumerate(columns) for d in (False, True)}
+    more = ' class="more"'
+    head = "".join(
+        f'<th{more if c in rest else ""} title="{_esc(c)}">'
+        f'<label for="sort-{k}-a">{_esc(heading(c))}</label>'
+        f'<label class="dir" for="sort-{k}-a" title="sort ascending">▲</label>'
+        f'<label class="dir" for="sort-{k}-d" title="sort descending">▼</label></th>'
+        for k, c in enumerate(columns))
     body = []
-    for r in summary:
+    for i, r in enumerate(rows):
         cls = "front" if id(r) in front else "diverged" if not learned(r) and r.get("final_test_error") is not None else ""
-        cells = "".join(f'<td class="text">{t}</td>' if is_text else f"<td>{t}</td>"
-                        for t, is_text in (_cell(r.get(c)) for c in summary.columns))
-        body.append(f'<tr class="{cls}">{cells}</tr>' if cls else f"<tr>{cells}</tr>")
+        style = ";".join(f"--{'d' if d else 'a'}{k}:{places[(k, d)][i]}" for k in range(len(columns))
+                         for d in (False, True))
+        cells = "".join(_td(c, r.get(c), c in rest) for c in columns)
+        klass = f' class="{cls}"' if cls else ""
+        body.append(f'<tr{klass} style="{style}">{cells}</tr>')
     note = ("<p>Rows in green are Pareto-optimal (no run is both faster and more accurate); "
             "red rows diverged or did not learn.</p>" if front else "")
-    return (f'{note}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    controls = ('<input type="checkbox" class="control" id="all-columns">'
+                '<input type="radio" class="control" name="sort" id="sort-none" checked>'
+                + "".join(f'<input type="radio" class="control" name="sort" id="sort-{k}-{d}">'
+                          for k in range(len(columns)) for d in "ad"))
+    links = (f'<p class="controls">Click a heading to sort (▲ ascending, ▼ descending; '
+             f'<label for="sort-none">table order</label>) · '
+             + (f'<label for="all-columns">show or hide the other {len(rest)} columns</label> '
+                f"({_esc(', '.join(rest))})" if rest else "every column shown") + "</p>")
+    return (f'{note}<div class="sortable">{controls}{links}'
+            f'<div class="scroll"><table class="summary"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div></div>"), _sort_style(len(lead), len(columns))
+
+
+def _sort_style(shown: int, total: int) -> str:
+    """The grid's column counts (collapsed and expanded) and one ordering rule per sort control."""
+    rules = [f"table.summary {{ grid-template-columns: repeat({shown}, auto); }}",
+             f"#all-columns:checked ~ .scroll table.summary {{ grid-template-columns: repeat({total}, auto); }}"]
+    for k in range(total):
+        for d in "ad":
+            rules.append(f"#sort-{k}-{d}:checked ~ .scroll td {{ order: var(--{d}{k}); }}")
+            rules.append(f'#sort-{k}-{d}:checked ~ .scroll th label[for="sort-{k}-{d}"] {{ color: #06c; }}')
+    return "\n" + "\n".join(rules) + "\n"
+
+
+def _td(column: str, v: Any, collapsed: bool) -> str:
+    """One cell: results in their unit (errors in %, times in s/min/h), else :func:`_cell`."""
+    if column in FORMATTED and isinstance(v, (int, float)) and not isinstance(v, bool) and is_value(v):
+        text, is_text = _esc(fmt_value(column, v)), False
+    else:
+        text, is_text = _cell(v)
+    cls = " ".join(c for c in ("text" if is_text else "", "more" if collapsed else "") if c)
+    return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
 
 
 __all__ = ["write_report", "write_figures_and_report", "report_html"]

@@ -19,10 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..simulator.catalog import dataset_info
 from ..simulator.files import read_bounded
 from .table import CONFIG_COLUMNS, Table, is_number, swept_keys
 
 TARGET_COLUMNS = ("workload.target_error", "target_error")
+# Columns ddlsim writes as numbers: a cell there that is not one is read as missing (with a note)
+NUMERIC_COLUMNS = (
+    "learners", "minibatch", "softsync_n", "gradients", "updates", "iterations", "sim_time_s",
+    "iteration_time_s", "gradients_per_s", "staleness_mean", "staleness_p50", "staleness_p99",
+    "staleness_max", "server_utilization", "server_wait_mean_s", "link_in_utilization",
+    "link_out_utilization", "compute_utilization", "final_test_error", "best_test_error",
+    "time_to_target_s", "diverged_at_update", "wall_s", "measured_time_s", "measured_sim_time_s",
+    "measured_gradients_per_s", "measured_staleness_mean", "epoch", "test_error", "train_loss",
+    "staleness", "count", "workload.target_error", "target_error")
 
 
 @dataclass
@@ -35,10 +45,12 @@ class Results:
     staleness: Table = field(default_factory=Table)
     name: str = ""
     target_error: float | None = None
+    test_size: int | None = None  # test samples behind each error (one data set), when known
+    notes: list[str] = field(default_factory=list)  # cells read as missing, files skipped
 
 
 def _read(path: Path) -> Table:
-    return Table.read_csv(path) if path.is_file() else Table()
+    return Table.read_csv(path, NUMERIC_COLUMNS) if path.is_file() else Table()
 
 
 def load_results(results_dir: str | os.PathLike[str]) -> Results:
@@ -48,11 +60,19 @@ def load_results(results_dir: str | os.PathLike[str]) -> Results:
     if not (root / "summary.csv").is_file() and not (root / "curves.csv").is_file():
         raise FileNotFoundError(f"{root}: no summary.csv or curves.csv (not a results directory?)")
     summary = _read(root / "summary.csv")
+    curves = _read(root / "curves.csv")
     scenario = _scenario_file(root)
-    return Results(root=root, summary=summary, curves=_read(root / "curves.csv"),
-                   staleness=load_staleness(root, summary),
+    notes = summary.notes + curves.notes
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        staleness = load_staleness(root, summary)
+    notes += [str(w.message) for w in caught]
+    for line in notes:
+        warnings.warn(line, stacklevel=2)
+    return Results(root=root, summary=summary, curves=curves, staleness=staleness,
                    name=scenario_name(root, summary, scenario),
-                   target_error=_target_error(summary, scenario))
+                   target_error=_target_error(summary, scenario),
+                   test_size=_test_size(summary, scenario), notes=notes)
 
 
 def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = None) -> Table:
@@ -65,10 +85,12 @@ def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = 
     for path in sorted(runs.glob("*/staleness.csv")) if runs.is_dir() else []:
         rid = path.parent.name
         try:
-            table = Table.read_csv(path)
+            table = Table.read_csv(path, ("staleness", "count"))
         except (OSError, UnicodeDecodeError, ValueError) as e:
             warnings.warn(f"{path}: skipped ({e})", stacklevel=2)
             continue
+        for line in table.notes:
+            warnings.warn(line, stacklevel=2)
         head = config.get(rid, {})
         extra = {c: head.get(c) for c in (*CONFIG_COLUMNS, *swept_keys(head))}
         for r in table:
@@ -122,6 +144,27 @@ def _target_error(summary: Table, scenario: dict[str, Any]) -> float | None:
     workload = scenario.get("workload")
     value = workload.get("target_error") if isinstance(workload, dict) else scenario.get("target_error")
     return float(value) if is_number(value) else None
+
+
+def _test_size(summary: Table, scenario: dict[str, Any]) -> int | None:
+    """How many test samples each error of the runs counts (so a difference of one sample is
+    ``1 / test_size``): the size of the test set of the runs' one data set, named by a
+    ``workload.dataset`` column or the scenario; ``None`` when unknown or several."""
+    base = scenario.get("base") if isinstance(scenario.get("base"), dict) else scenario
+    workload = base.get("workload") if isinstance(base.get("workload"), dict) else {}
+    names = {v for v in summary.column("workload.dataset") if isinstance(v, str)}
+    if not names and isinstance(workload.get("dataset"), str):
+        names = {workload["dataset"]}
+    if len(names) != 1:
+        return None
+    samples = workload.get("teacher_samples")
+    features = workload.get("teacher_features")
+    try:
+        info = dataset_info(names.pop(), **({"teacher_samples": samples} if is_number(samples) else {}),
+                            **({"teacher_features": features} if is_number(features) else {}))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    return int(info.test_size) if info.test_size >= 1 else None
 
 
 __all__ = ["Results", "load_results", "load_staleness", "scenario_name"]

@@ -7,7 +7,8 @@ Typing rule of :meth:`Table.read_csv`, applied per column: an empty cell is ``No
 a column whose other cells are all ``True``/``False`` holds ``bool``; a column whose
 other cells all parse as numbers holds ``int`` (integer literals) or ``float``; any
 other column keeps its strings unchanged (so an id such as ``"1e5"`` next to
-``"abc"`` stays a string).
+``"abc"`` stays a string). A cell that cannot be a usable number (beyond a float's range;
+text in a column the caller names numeric) is read as missing, and said in ``notes``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Table:
         for r in self.rows:
             seen.update(dict.fromkeys(r))
         self.columns: list[str] = list(seen)
+        self.notes: list[str] = []  # what reading the table had to leave out, one line each
 
     # -- access -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -86,10 +88,15 @@ class Table:
 
     # -- CSV ----------------------------------------------------------------------
     @classmethod
-    def read_csv(cls, path: str | os.PathLike[str]) -> Table:
+    def read_csv(cls, path: str | os.PathLike[str], numeric: Iterable[str] = ()) -> Table:
         """Read a CSV with a header line, typing each column (see the module rule). A BOM is
         accepted; a file that is not a regular file of at most ``CSV_MAX_BYTES``, or a field of
-        more than ``CSV_FIELD_MAX`` characters, is a one-line ``ValueError``."""
+        more than ``CSV_FIELD_MAX`` characters, is a one-line ``ValueError``.
+
+        A cell that cannot be a usable number is read as missing (``None``), with a line in
+        :attr:`notes` naming the file, the column and the row: a number beyond a float's range
+        anywhere, or a cell that is not a number in one of the ``numeric`` columns (which
+        would otherwise turn the whole column into text)."""
         text = read_bounded(path, CSV_MAX_BYTES, "results table").decode("utf-8-sig")
         try:
             reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -97,9 +104,20 @@ class Table:
             raw = [{k: v for k, v in r.items() if k is not None} for r in reader]
         except csv.Error as e:
             raise ValueError(f"{path}: not a readable CSV table ({e})") from None
+        notes: list[str] = []
+        numeric = set(numeric)
+        for c in columns:
+            for i, r in enumerate(raw, 2):  # line 1 is the header
+                cell = r.get(c)
+                why = _unusable(cell, c in numeric)
+                if why:
+                    notes.append(f"{path}: column {c!r}, line {i}: {_clip(cell)} {why}; read as missing")
+                    r[c] = None
         convert = {c: _column_converter([r.get(c) for r in raw]) for c in columns}
         rows = [{c: convert[c](r.get(c)) for c in columns} for r in raw]
-        return cls(rows, columns)
+        table = cls(rows, columns)
+        table.notes = notes
+        return table
 
     def write_csv(self, path: str | os.PathLike[str]) -> Path:
         """Write all columns atomically (temporary file in the same folder, then replace)."""
@@ -125,6 +143,34 @@ def _parse_number(text: str) -> int | float:
         return int(text)
     except ValueError:
         return float(text)
+
+
+def _unusable(cell: str | None, numeric: bool) -> str | None:
+    """Why a cell cannot be read as a usable number (``None`` when it can, or need not):
+    a number too large for a float, or text in a ``numeric`` column."""
+    if cell is None or cell.strip() == "":
+        return None
+    text = cell.strip()
+    try:
+        v = _parse_number(text)
+    except ValueError:
+        return "is not a number" if numeric else None
+    if isinstance(v, int) and not _fits_float(v):
+        return "is too large for a number"
+    return None
+
+
+def _fits_float(v: int) -> bool:
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
+
+
+def _clip(text: str | None, width: int = 24) -> str:
+    text = "" if text is None else text.strip()
+    return repr(text if len(text) <= width else text[:width] + "…")
 
 
 def _column_converter(cells: list[str | None]) -> Callable[[str | None], Any]:
@@ -158,8 +204,14 @@ def is_value(v: Any) -> bool:
 
 
 def is_number(v: Any) -> bool:
-    """True for a finite int/float (bools excluded)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """True for a finite int/float (bools excluded) that a float can hold: an integer beyond
+    a float's range (a hand-edited cell, a JSON literal) is no usable number."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def mean(values: Sequence[float]) -> float:

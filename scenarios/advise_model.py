@@ -132,8 +132,13 @@ class Candidate:
 
 
 def is_number(v: Any) -> bool:
-    """A finite int or float (not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite int or float (not a bool) that a float can hold."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond a float's range
+        return False
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from typing import Any
 
 from .advise_explain import explain, margin, pct, secs
 from .advise_model import Advice
@@ -16,14 +17,24 @@ def _goal_words(adv: Advice) -> str:
     return f"a target of {pct(adv.target_error)} test error"
 
 
-def _table(adv: Advice) -> list[str]:
+TOP = 10  # rows of the table `ddlsim advise` prints unless --top says otherwise
+
+
+def _table(adv: Advice, top: int | None = None) -> list[str]:
+    """The table of every point, most promising first; with ``top``, only its first ``top``
+    rows and a line saying how many are hidden and where the whole table is."""
     budget = adv.mode == "budget"
     T = adv.budget_s
     head = ["#", "configuration", f"epochs by {secs(T)}" if budget else "s/epoch", "σ mean",
             f"error at {secs(T)}" if budget else "time to target", "at epoch", "status"]
-    order = sorted(adv.candidates, key=lambda c: (
-        0 if c.status == "replayed" else 1 if c.status == "equivalent" else 2,
-        adv.ranking.index(c) if c in adv.ranking else (c.rank or 10**9), c.index))
+    def place(c: Any) -> tuple[int, int, int]:
+        return (0 if c.status == "replayed" else 1,
+                adv.ranking.index(c) if c in adv.ranking else (c.rank or 10**9), c.index)
+
+    # replayed points first, in measured order, then the rest by predicted rank; a point
+    # equivalent to another comes right after it (its twin's result is its own)
+    order = sorted(adv.candidates, key=lambda c: (*place(c.twin), 1, c.index)
+                   if c.status == "equivalent" and c.twin is not None else (*place(c), 0, 0))
     rows = []
     for c in order:
         if c.status == "failed" and not c.evals:
@@ -41,13 +52,20 @@ def _table(adv: Advice) -> list[str]:
         if c.risky and c.status != "equivalent":
             status += " (at risk: constant lr, ⟨σ⟩ > 2)"
         rows.append([place, c.label, pred, f"{c.sigma:.3g}", got, ep, status])
+    hidden = len(rows) - top if top is not None and len(rows) > top else 0
+    rows = rows[:len(rows) - hidden]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    if hidden:
+        out.append(f"… {hidden} more row{'s' * (hidden != 1)} not shown (--top {top}; --top 0 prints every row); "
+                   f"all {len(rows) + hidden} are in {adv.out_dir / 'advice.csv'} and {adv.out_dir / 'advice.txt'}")
     return out
 
 
-def render(adv: Advice) -> str:
+def render(adv: Advice, top: int | None = None) -> str:
+    """The advice as ``ddlsim advise`` prints it; ``top`` limits the table to its first
+    ``top`` rows (``None``: every row, as ``advice.txt`` holds it)."""
     n = len(adv.candidates)
     lines = [f"ddlsim advise {adv.name}: {n} sweep point{'s' * (n != 1)}, {_goal_words(adv)}"]
     parts = [f"simulated all {n} into {adv.out_dir}"]
@@ -67,7 +85,7 @@ def render(adv: Advice) -> str:
                      "prediction)")
     lines.append("; ".join(parts) + ".")
     lines.append("")
-    lines += _table(adv)
+    lines += _table(adv, top)
     lines.append("")
     a, b = adv.recommendation, adv.runner_up
     failures = [c for c in adv.candidates if c.replay_error]
