@@ -163,7 +163,10 @@ def print_table(records: list[dict[str, Any]], columns: list[tuple[str, str]], f
 TIME_KEYS = ("sim_time_s", "measured_time_s", "time_to_target_s")
 SIM_TABLE = [("run_id", "run"), ("protocol", "protocol"), ("learners", "λ"), ("minibatch", "μ"),
              ("sim_time_s", "time"), ("gradients_per_s", "grad/s"), ("staleness_mean", "σ mean"),
-             ("staleness_max", "σ max"), ("server_utilization", "server util")]
+             ("staleness_max", "σ max"), ("server_utilization", "server util"),
+             ("link_in_utilization", "NIC in util"), ("link_out_utilization", "NIC out util")]
+# (the busiest of the server's apply queue and NICs, or of the nodes' NICs, bounds the run: a
+# server idle at 0.003 beside a NIC in at 1.0 is network-bound)
 RUN_TABLE = SIM_TABLE[:6] + [("staleness_mean", "σ mean"), ("final_test_error", "final err"),
                              ("best_test_error", "best err"), ("time_to_target_s", "to target"),
                              ("diverged", "diverged"), ("did_not_learn", "did not learn")]
