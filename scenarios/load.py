@@ -12,12 +12,13 @@ Rules kept here:
 
 from __future__ import annotations
 
-import copy
 import difflib
 import hashlib
 import itertools
 import json
 import math
+import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.collectives import default_algorithm
-from ..simulator.compute import ProfileError, load_profile
+from ..simulator.compute import ProfileError, load_profile, magnitude
 from ..simulator.protocols import sim_id, spec_of
 from ..simulator.trace import SCHEMA_VERSION
 from .hardware import apply_presets
@@ -53,13 +54,50 @@ class Scenario:
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
-        return f"{value:.3g}"
+    """A value as a message shows it, on one short line: an integer of any size by its magnitude
+    (never its thousands of digits), a long string or list cut short."""
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        if abs(value) == _TOO_LONG:
+            return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+        return magnitude(value)
     if isinstance(value, str):
-        return repr(value)
+        return repr(value) if len(value) <= 80 else f"{value[:60]!r}… ({len(value):,} characters)"
     if isinstance(value, float) and math.isnan(value):
         return "nan"
-    return json.dumps(value) if isinstance(value, (list, bool)) else str(value)
+    if isinstance(value, list):
+        items = [_fmt(v) if not isinstance(v, str) else json.dumps(v) for v in value[:8]]
+        return "[" + ", ".join(items) + (f", … ({len(value):,} values)" if len(value) > 8 else "") + "]"
+    return str(value)
+
+
+# An integer literal longer than Python converts (sys.get_int_max_str_digits(), 4,300 by default)
+# is read as ±_TOO_LONG: out of every key's range, so the key's own check refuses it with its range.
+_TOO_LONG = 10**600 + 1  # 601 digits: convertible under any limit Python allows (≥ 640)
+_INT_LITERAL = re.compile(r"(?<![\w.])([+-]?)(\d(?:_?\d)*)(?![\w.])")
+
+
+def _too_long_ints(text: str) -> str:
+    """``text`` with every integer literal of more digits than Python converts replaced by ±_TOO_LONG."""
+    limit = sys.get_int_max_str_digits() or math.inf
+
+    def sub(m: re.Match[str]) -> str:
+        digits = m.group(2).replace("_", "")
+        return f"{m.group(1)}{_TOO_LONG}" if len(digits) > limit else m.group(0)
+
+    return _INT_LITERAL.sub(sub, text)
+
+
+def _toml(text: str) -> tuple[dict[str, Any], bool]:
+    """``(tomllib.loads(text), False)``; an integer too long for Python reads as ±_TOO_LONG,
+    ``(…, True)``: the caller refuses the key that holds it. TOML errors propagate."""
+    try:
+        return tomllib.loads(text), False
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        return tomllib.loads(_too_long_ints(text)), True
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -95,17 +133,28 @@ def _validated(where: str, key: str, value: Any) -> Any:
     return value
 
 
+TOML_OPENERS = ("[", "{", '"', "'")  # a --set value that starts so is meant as TOML, never a bare string
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """Parse ``key=value``; the value is read as TOML, or as a bare string."""
+    """Parse ``key=value``; the value is read as TOML, or as a bare string. A value that starts
+    like a TOML array, inline table or quoted string must parse as one (else it is refused as
+    malformed, not taken for a string)."""
     if "=" not in text:
         raise ScenarioError(f"--set {text!r}: expected key=value")
     key, raw = (s.strip() for s in text.split("=", 1))
     if not key:
         raise ScenarioError(f"--set {text!r}: empty key")
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError):
+        value = _toml(f"v = {raw}")[0]["v"]
+    except tomllib.TOMLDecodeError as e:
+        if raw.startswith(TOML_OPENERS):
+            shown = raw if len(raw) <= 60 else raw[:57] + "…"
+            reason = str(e).replace("(at line 1, column", "(at column").replace("(at end of document)", "(at its end)")
+            raise ScenarioError(f"--set {key}: malformed TOML value {shown!r}: {reason}") from None
         value = raw
+    except RecursionError:
+        raise ScenarioError(f"--set {key}: malformed TOML value: arrays or tables nested too deeply") from None
     return key, value
 
 
@@ -116,7 +165,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
     Relative profile paths are resolved against ``folder`` (default: the working directory).
     """
     try:
-        raw = tomllib.loads(text)
+        raw, too_long = _toml(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: invalid TOML: {e}") from None
     except RecursionError:
@@ -132,13 +181,14 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
             raise ScenarioError(f"{path}: key '{key}' is set twice (as a dotted name and in its table)")
         set_dotted(base, key, _validated(path, key, value))
         explicit.add(key)
+    raw_axes: dict[str, tuple[str, list[Any]]] = {}  # key → (where, values): validated once counted
     for key, values in sweep.items():
         where = f"{path}: [sweep]"
         if key not in FIELD_BY_KEY:
             raise _unknown(where, key)
         if not isinstance(values, list) or not values:
             raise ScenarioError(f"{where} key '{key}' = {_fmt(values)}: expected a non-empty array")
-        axes[key] = _axis(f"{path}: [sweep] '{key}'", key, values)
+        raw_axes[key] = (f"{path}: [sweep] '{key}'", values)
         explicit.add(key)
     for text_kv in overrides or []:
         key, value = parse_override(text_kv)
@@ -153,30 +203,39 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         if isinstance(value, list) and f.kind != "list":
             if not value:
                 raise ScenarioError(f"{where} = []: expected a non-empty array")
-            axes[key] = _axis(where, key, value)
+            raw_axes[key] = (where, value)  # replaces the file's axis of that key, in its place
         else:
-            axes.pop(key, None)
+            raw_axes.pop(key, None)
             set_dotted(base, key, _validated(where, key, value))
-    size = 1
-    for values in axes.values():
-        size *= len(values)
+    size = math.prod(len(values) for _, values in raw_axes.values())  # counted before any value is checked
     if size > MAX_POINTS:
         raise ScenarioError(f"{path}: the sweep has {size:,} points (more than {MAX_POINTS:,}); "
                             "split it into several scenarios")
+    for key, (where, values) in raw_axes.items():
+        axes[key] = _axis(where, key, values)
+    if too_long:  # every key refuses ±_TOO_LONG; this is only the backstop
+        raise ScenarioError(f"{path}: an integer of more than {sys.get_int_max_str_digits():,} digits")
     scenario = Scenario(path, base, list(axes.items()), frozenset(explicit))
     _resolve_profile(scenario, folder or Path.cwd())
     scenario.points()  # validate every point now, so errors come before any work
     return scenario
 
 
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in equal exactly when ``value`` is (lists become tuples)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
 def _axis(where: str, key: str, values: list[Any]) -> list[Any]:
-    """A validated sweep axis; a value listed twice would make two identical runs."""
+    """A validated sweep axis; a value listed twice would make two identical runs (found in
+    one pass over a set, whatever the axis' length)."""
     out = [_validated(where, key, v) for v in values]
-    seen: list[Any] = []
+    seen: set[Any] = set()
     for v in out:
-        if v in seen:
+        frozen = _frozen(v)
+        if frozen in seen:
             raise ScenarioError(f"{where}: key '{key}' lists {_fmt(v)} twice")
-        seen.append(v)
+        seen.add(frozen)
     return out
 
 
@@ -260,14 +319,24 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
             f"{path}: key 'cluster.server.group_size' = {group}{label}: must be ≤ learners ({lam})")
 
 
+def _tree_copy(value: Any) -> Any:
+    """A copy of a tree of tables and arrays (all a scenario holds), shared by nothing: what
+    ``copy.deepcopy`` gives, several times faster on a 100,000-point sweep."""
+    if isinstance(value, dict):
+        return {k: _tree_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tree_copy(v) for v in value]
+    return value
+
+
 def expand(scenario: Scenario) -> list[dict[str, Any]]:
     """Cartesian product of the sweep axes over the base values."""
     keys = [k for k, _ in scenario.axes]
     out = []
     for combo in itertools.product(*(v for _, v in scenario.axes)):
-        point = copy.deepcopy(scenario.base)
+        point = _tree_copy(scenario.base)
         for k, v in zip(keys, combo):
-            set_dotted(point, k, copy.deepcopy(v))
+            set_dotted(point, k, _tree_copy(v))
         label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
         _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit,
                      scenario.data_sizes)

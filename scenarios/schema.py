@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..simulator.catalog import DATASETS, MODELS
 from ..simulator.collectives import ALGORITHMS
+from ..simulator.compute import MAX_MINIBATCH
 from ..simulator.protocols import PROTOCOLS
 from ..simulator.topology import TOPOLOGIES
 
@@ -54,20 +55,28 @@ class Field:
 
 
 
+MILESTONE_EPOCH = Field("optimizer.milestones epoch", "float", 0.0, "", minimum=0, maximum=1e6)
+MILESTONE_FACTOR = Field("optimizer.milestones factor", "float", 1.0, "", minimum=0, min_exclusive=True,
+                         maximum=1e30)
+
+
 def _check_milestones(value: Any) -> str | None:
+    """Each milestone is ``[epoch, factor]``, both in their fields' ranges (the one range check)."""
     for item in value:
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item)
-        ):
+        if not isinstance(item, list) or len(item) != 2:
             return "each milestone must be [epoch, factor]"
-        epoch, factor = item
-        if not (math.isfinite(epoch) and epoch >= 0):
-            return "milestone epoch must be a finite number ≥ 0"
-        if not (math.isfinite(factor) and factor > 0):
-            return "milestone factor must be a finite number > 0"
+        for part, x in zip((MILESTONE_EPOCH, MILESTONE_FACTOR), item):
+            _, problem = check_value(part, x)
+            if problem:
+                return f"{part.key.split()[-1]} of a milestone: {problem}"
     return None
+
+
+def _check_path(value: Any) -> str | None:
+    """A file path names a file: no NUL byte (no file system accepts one), not empty."""
+    if "\0" in value:
+        return "a path may not contain a NUL byte"
+    return None if value.strip() else "an empty path names no file"
 
 
 def _f(key: str, default: float, doc: str, unit: str = "", **kw: Any) -> Field:
@@ -121,7 +130,8 @@ FIELDS: tuple[Field, ...] = (
     # cluster
     _i("cluster.learners", 8, "λ learners (parameter server) or N nodes (decentralized).", minimum=1,
        maximum=100_000),
-    _i("cluster.minibatch", 16, "μ samples per learner per gradient.", "samples", minimum=1, maximum=10**7),
+    _i("cluster.minibatch", 16, "μ samples per learner per gradient.", "samples", minimum=1,
+       maximum=MAX_MINIBATCH),
     _i("cluster.gpus_per_node", 1, "Learners (one per GPU) that share a node and its NIC; learners must be a "
        "multiple of it.", minimum=1, maximum=1024),
     _s("cluster.gpu", None, "Hardware preset (`ddlsim hardware`): fills cluster.compute.base_s/per_sample_s from "
@@ -138,7 +148,7 @@ FIELDS: tuple[Field, ...] = (
        minimum=0, maximum=1e6),
     _s("cluster.compute.profile", None,
        "Calibrated table (TOML) of minibatch → seconds; replaces base_s/per_sample_s. "
-       "Relative paths are relative to the scenario file.", optional=True),
+       "Relative paths are relative to the scenario file.", optional=True, check=_check_path),
     _f("cluster.stragglers.fraction", 0.0, "Fraction of learners that are persistently slow.",
        "fraction", minimum=0, maximum=1),
     _f("cluster.stragglers.slowdown", 1.0, "Compute-time factor of a persistent straggler.", minimum=1,
@@ -158,7 +168,7 @@ FIELDS: tuple[Field, ...] = (
        "means free.", "bytes/s", minimum=1, allow_inf=True),
     _f("cluster.network.intra_latency_s", 5e-6, "Per-message latency inside a node.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bytes_per_param", 4.0, "Bytes per parameter in a message.", "bytes", minimum=0,
-       maximum=1024),
+       min_exclusive=True, maximum=1024),
     _i("cluster.server.shards", 1, "Parameter-server shards (each its own NIC and apply queue).",
        minimum=1, maximum=1024),
     _f("cluster.server.apply_s", 1e-4, "Server time to process one gradient (per shard).", "s", minimum=0,
@@ -246,7 +256,11 @@ def type_name(value: Any) -> str:
 
 
 def check_value(f: Field, value: Any) -> tuple[Any, str | None]:
-    """Coerce ``value`` to the field's type; return (value, problem or None)."""
+    """Coerce ``value`` to the field's type; return (value, problem or None).
+
+    The one range check of every scenario number: the type, then ``minimum``/``maximum``
+    compared exactly (an integer of any size is compared, never converted to a float first),
+    so a value too large for the simulator is refused here with the key's range."""
     if value is None and f.optional:
         return None, None
     if f.kind == "int":
@@ -258,7 +272,11 @@ def check_value(f: Field, value: Any) -> tuple[Any, str | None]:
     elif f.kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return value, f"expected a number, got {type_name(value)}"
-        value = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            return value, f"too large: must be {f.range_text()}"
+        value = number
         if math.isnan(value):
             return value, "NaN is not allowed"
         if math.isinf(value) and not (f.allow_inf and value > 0):

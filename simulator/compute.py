@@ -10,6 +10,7 @@ transient stalls (Poisson arrivals, exponential durations) pause a learner's wor
 from __future__ import annotations
 
 import math
+import sys
 import tomllib
 from functools import partial
 from itertools import chain
@@ -23,17 +24,19 @@ from .files import FileRefused, read_bounded
 
 CHUNK = 4096
 PROFILE_MAX_BYTES = 1 << 20
+MAX_MINIBATCH = 10**7   # the largest μ a scenario or a profile may name
+MAX_SECONDS = 1e6       # the longest mean time of a minibatch a profile may give
 
 
 class ProfileError(ValueError):
     """A calibrated profile file that is missing or malformed."""
 
 
-def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
-    """Read a profile TOML (``minibatch = [...]``, ``seconds = [...]``); sorted by μ."""
-    p = Path(path)
+def _read_toml(p: Path) -> dict[str, Any]:
+    """The TOML of the profile file ``p`` (a regular file of at most PROFILE_MAX_BYTES), or one
+    ProfileError line naming it."""
     try:
-        data = tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, "compute profile").decode("utf-8-sig"))
+        return tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, "compute profile").decode("utf-8-sig"))
     except FileNotFoundError:
         raise ProfileError(f"{p}: no such compute profile") from None
     except FileRefused as e:
@@ -42,18 +45,67 @@ def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
         raise ProfileError(f"{p}: cannot read compute profile: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(f"{p}: invalid TOML: {e}") from None
+    except ValueError:  # tomllib's only other ValueError: an integer longer than Python converts
+        raise ProfileError(f"{p}: an integer of more than {sys.get_int_max_str_digits():,} digits") from None
+    except RecursionError:
+        raise ProfileError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
+
+
+def _as_float(x: Any) -> float | None:
+    """``x`` as a float if it is a number that is one (not NaN, not an integer beyond floats)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        number = float(x)
+    except OverflowError:
+        return None
+    return None if math.isnan(number) else number
+
+
+def magnitude(value: int) -> str:
+    """An integer of any size as ``d.dde+N`` (three digits), computed from its bits: never the
+    decimal conversion Python refuses beyond 4,300 digits, never a float overflow."""
+    a = abs(value)
+    if a < 10**15:
+        return str(value)
+    shift = max(0, a.bit_length() - 64)
+    exp10 = math.log10(a >> shift) + shift * math.log10(2)
+    exponent = math.floor(exp10)
+    mantissa = round(10 ** (exp10 - exponent), 2)
+    if mantissa >= 10:
+        mantissa, exponent = mantissa / 10, exponent + 1
+    return f"{'-' if value < 0 else ''}{mantissa:.2f}e+{exponent}"
+
+
+def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
+    """Read a profile TOML's compute table, ``minibatch = [...]`` (integers 1 … MAX_MINIBATCH, no
+    size twice) and ``seconds = [...]`` (finite, > 0, ≤ MAX_SECONDS, so that its extrapolation
+    to any μ a scenario may name stays finite), sorted by μ; one line naming the file and the
+    key otherwise."""
+    p = Path(path)
+    if "\0" in str(path):
+        raise ProfileError(f"{str(path)!r}: not a file name (it holds a NUL byte)")
+    data = _read_toml(p)
     mb, sec = data.get("minibatch"), data.get("seconds")
     if not isinstance(mb, list) or not isinstance(sec, list) or len(mb) != len(sec) or not mb:
         raise ProfileError(f"{p}: needs equal-length non-empty arrays 'minibatch' and 'seconds'")
     for m, s in zip(mb, sec):
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ProfileError(f"{p}: key 'minibatch' = {m!r}: must be integers ≥ 1")
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
-            raise ProfileError(f"{p}: key 'seconds' = {s!r}: must be finite numbers > 0")
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MINIBATCH:
+            raise ProfileError(f"{p}: key 'minibatch' = {_show(m)}: must be integers ≥ 1, ≤ {MAX_MINIBATCH:.0e}")
+        if (number := _as_float(s)) is None or not 0 < number <= MAX_SECONDS:
+            raise ProfileError(f"{p}: key 'seconds' = {_show(s)}: must be finite numbers > 0, ≤ {MAX_SECONDS:g}")
     pairs = sorted(zip(mb, (float(s) for s in sec)))
     if len({m for m, _ in pairs}) != len(pairs):
         raise ProfileError(f"{p}: key 'minibatch' has repeated sizes")
     return [m for m, _ in pairs], [s for _, s in pairs]
+
+
+def _show(value: Any) -> str:
+    """A profile value as a message shows it: a huge integer by its magnitude, never whole."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return magnitude(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
 
 
 def profile_mean(minibatches: list[int], seconds: list[float], mu: int) -> float:
