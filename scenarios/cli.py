@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -186,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..simulator.trace import TraceError
 
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = _warning_line
     jobs = getattr(args, "jobs", None)
     if jobs is not None and not 1 <= jobs <= 4096:
         print(f"ddlsim: error: --jobs = {jobs}: must be between 1 and 4096", file=sys.stderr)
@@ -216,6 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+    """A warning as the command line shows it: one line, no source location."""
+    return f"ddlsim: warning: {escape(str(message))}\n"
 
 
 def _error(message: str) -> None:
