@@ -228,3 +228,13 @@ def test_the_manifest_lists_only_what_ddlsim_wrote(tmp_path: Path, scenario: Pat
 def test_python_dash_m_ddlsim_is_the_command() -> None:
     proc = subprocess.run([sys.executable, "-m", "ddlsim", "--version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("ddlsim ")
+
+
+def test_a_warning_is_one_line_without_a_source_location(simulated_results: Path, capsys) -> None:
+    rows = list(csv.reader(open(simulated_results / "summary.csv", newline="")))
+    rows[1][rows[0].index("sim_time_s")] = "1" + "0" * 400  # too large for a float: read as missing
+    with open(simulated_results / "summary.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    assert main(["plot", str(simulated_results)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all(e.startswith("ddlsim: warning: ") and ".py:" not in e for e in err), err
