@@ -52,6 +52,8 @@ def read_profile(profile: str) -> dict[str, Any]:
     scenario keys they set are (a number, not NaN, in the key's range: a latency or an apply
     time ≥ 0, a bandwidth ≥ 1 B/s or inf); anything else is one ScenarioError line naming the
     file, the key and the value."""
+    from ..simulator.compute import ProfileError, load_profile
+    from .load import _fmt
     from .schema import FIELD_BY_KEY, check_value
 
     try:
@@ -60,14 +62,22 @@ def read_profile(profile: str) -> dict[str, Any]:
         raise ScenarioError(f"--profile {e}") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ScenarioError(f"--profile {profile}: cannot read the calibrated profile ({e})") from None
+    except ValueError:  # tomllib's only other ValueError: an integer longer than Python converts
+        raise ScenarioError(f"--profile {profile}: an integer of more than {sys.get_int_max_str_digits():,} "
+                            "digits") from None
     if not isinstance(data.get("network", {}), dict) or not isinstance(data.get("server", {}), dict):
         raise ScenarioError(f"--profile {profile}: [network] and [server] must be tables")
     for table, key, target in PROFILE_KEYS:
         if key in data.get(table, {}):
             value, problem = check_value(FIELD_BY_KEY[target], data[table][key])
             if problem:
-                raise ScenarioError(f"--profile {profile}: [{table}] {key} = {data[table][key]!r}: {problem}")
+                raise ScenarioError(f"--profile {profile}: [{table}] {key} = {_fmt(data[table][key])}: {problem}")
             data[table][key] = value
+    if "minibatch" in data or "seconds" in data:  # the compute table the simulation will read, checked now
+        try:
+            load_profile(profile)
+        except ProfileError as e:
+            raise ScenarioError(f"--profile {e}") from None
     return data
 
 

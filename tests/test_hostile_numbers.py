@@ -144,13 +144,18 @@ def test_a_nul_byte_in_a_profile_path_is_refused_naming_the_key(tmp_path: Path, 
             "NUL byte", out=out)
 
 
-@pytest.mark.parametrize("section, needle", [
-    ("[server]\napply_s = nan\n", "apply_s"),
-    ("[network]\nlatency_s = -1e-5\n", "latency_s"),
-    ("[network]\nbandwidth_Bps = 0\n", "bandwidth_Bps"),
+TABLE = "minibatch = [1, 8]\nseconds = [0.01, 0.05]\n"
+
+
+@pytest.mark.parametrize("text, needle", [
+    (TABLE + "[server]\napply_s = nan\n", "apply_s = nan"),
+    (TABLE + "[network]\nlatency_s = -1e-5\n", "latency_s = -1e-05"),
+    (TABLE + "[network]\nbandwidth_Bps = 0\n", "bandwidth_Bps = 0"),
+    (TABLE + f"[server]\napply_s = {LONG}\n", "an integer of more than 4,300 digits"),
+    ("minibatch = [1, 8]\nseconds = [0.01, 1e300]\n", "key 'seconds' = 1e+300"),  # the table the simulation reads
 ])
 def test_validate_refuses_a_bad_calibrated_profile_before_any_live_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, section: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, text: str,
         needle: str) -> None:
     import ddlsim.scenarios.validate as validate
 
@@ -159,7 +164,7 @@ def test_validate_refuses_a_bad_calibrated_profile_before_any_live_run(
 
     monkeypatch.setattr(validate, "validate_point", no_live_run)
     bad, out = tmp_path / "bad.toml", tmp_path / "out"
-    bad.write_text("minibatch = [1, 8]\nseconds = [0.01, 0.05]\n" + section)
+    bad.write_text(text)
     refused(capsys, ["validate", "validate-grid", "--profile", str(bad), "--out", str(out), "--device", "cpu"],
             "bad.toml", needle, out=out)
 
