@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.table import labels
-from ..simulator.files import atomic_write
+from ..simulator.results_folder import write_file
 from .advise_explain import secs
 from .advise_model import EPS, Advice, Candidate, is_number
 from .advise_render import advice_csv, render
@@ -163,8 +163,8 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
     runner = next((c for c in ranking if c is not rec), None) if rec else None
     advice = Advice(str(scenario.base["name"]), budget_s, target_error, replay, out, cands, ranking,
                     rec, runner)
-    atomic_write(out / "advice.txt", render(advice) + "\n")
-    atomic_write(out / "advice.csv", advice_csv(advice))
+    write_file(out / "advice.txt", render(advice) + "\n")
+    write_file(out / "advice.csv", advice_csv(advice))
     return advice
 
 
@@ -186,7 +186,7 @@ def _replay(scenario: Scenario, replay_dir: Path, done: list[Candidate], take: l
             (replay_dir / "runs" / c.run_id / "result.json").unlink(missing_ok=True)
     points = copy.deepcopy([c.point for c in done + take])
     records = run_points(scenario, points, replay_dir, backend="replay", options=options, jobs=jobs,
-                         resume=True, progress=progress)
+                         resume=True, progress=progress, keep_others=True)
     by_id = {r["row"]["run_id"]: r for r in records}
     for c in take:
         rec = by_id.get(c.run_id)

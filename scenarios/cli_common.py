@@ -247,28 +247,19 @@ def safe_name(name: str) -> str:
     return "".join(out).rstrip(".") or "scenario"
 
 
-def out_dir(args: argparse.Namespace, scenario: Any) -> Path:
-    """``--out``, or results/<scenario name>; refuse a file, or another scenario's results."""
-    out = Path(args.out) if args.out else Path("results") / safe_name(scenario.base["name"])
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a directory")
-    other = results_of(out)
-    if other is not None and other != scenario.base["name"] and not getattr(args, "force", False):
-        raise UsageError(f"--out {out}: holds the results of scenario {other!r}; choose another --out "
-                         "or pass --force to replace its tables")
-    return out
-
-
-def results_of(out: Path) -> str | None:
-    """Name of the scenario whose results ``out`` holds, if any."""
-    import json
-
-    from ..simulator.files import read_bounded
-
-    try:
-        return json.loads(read_bounded(out / "scenario.json", 16 << 20, "scenario.json")).get("name")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
+def out_dir(args: argparse.Namespace, scenario: Any, suffix: str = "") -> Path:
+    """``--out``, or ``results/<name><suffix>``: the scenario file's name for a file (an edited
+    copy of ``demo`` named ``my.toml`` writes into results/my, not into the demo's results),
+    the bundled name for a bundled scenario. What may be written there is the results
+    folder's rule (:mod:`ddlsim.simulator.results_folder`)."""
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a directory")
+        return out
+    source = resolve_scenario(args.scenario)
+    name = source.stem if source.parent != CATALOGUE else str(scenario.base["name"])
+    return Path("results") / (safe_name(name) + suffix)
 
 
 def _fmt(v: Any, width: int = 10) -> str:
