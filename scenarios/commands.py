@@ -129,26 +129,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recorded_point(where: str, tree: Any) -> dict[str, Any]:
-    """The scenario point a trace records, validated as a scenario file's keys are (each key
-    known, of its type and range; the cross-key rules), the keys it lacks at their defaults;
-    its [workload] and [optimizer] tables, what the replay trains with, must be there."""
-    from .load import Scenario, _flatten, _validated
-    from .schema import FIELD_BY_KEY, defaults, set_dotted
-
-    for table in ("workload", "optimizer"):
-        if not isinstance(tree, dict) or not isinstance(tree.get(table), dict):
-            raise ScenarioError(f"{where}: lacks the [{table}] table; pass --scenario FILE [--point N]")
-    base, keys = defaults(), set()
-    for key, value in _flatten(tree):
-        f = FIELD_BY_KEY.get(key)
-        if f is not None and f.kind == "float" and value in ("inf", "-inf", "nan"):
-            value = float(value)  # strict JSON spells a non-finite number so (docs/trace.md)
-        set_dotted(base, key, _validated(where, key, value))
-        keys.add(key)
-    return Scenario(where, base, [], frozenset(keys)).points()[0]
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay one trace (a live run's, a torchrun run's or a simulated one) into a results
     folder: summary.csv, curves.csv, the figures and the report."""
@@ -157,7 +137,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from ..simulator import trace as trace_io
     from ..simulator.stats import staleness_histogram, staleness_stats
-    from .load import load, point_hash
+    from .load import load, point_hash, recorded_point
     from .runner import _staleness_csv, lead_values, prepare_folder, store_result, write_tables
 
     trace = trace_io.read(args.trace)
@@ -168,7 +148,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise ScenarioError(f"--point {args.point}: the sweep has {len(points)} points")
         point = points[args.point]
     elif "replay_point" in trace.header:
-        point = {**_recorded_point(f"{args.trace}: header 'replay_point'", trace.header["replay_point"]),
+        point = {**recorded_point(f"{args.trace}: header 'replay_point'", trace.header["replay_point"]),
                  "_id": f"replay-{Path(args.trace).parent.name or 'trace'}"}
     else:
         raise ScenarioError(f"{args.trace}: the trace does not record its optimizer settings (a simulated trace "

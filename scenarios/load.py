@@ -369,5 +369,22 @@ def run_id(point: dict[str, Any]) -> str:
     return f"{p}-l{c['learners']}-m{c['minibatch']}-{point_hash(point)[:8]}"
 
 
+def recorded_point(where: str, tree: Any) -> dict[str, Any]:
+    """The scenario point a trace records, validated as a scenario file's keys are (each key
+    known, of its type and range; the cross-key rules), the keys it lacks at their defaults;
+    its [workload] and [optimizer] tables, what the replay trains with, must be there."""
+    for table in ("workload", "optimizer"):
+        if not isinstance(tree, dict) or not isinstance(tree.get(table), dict):
+            raise ScenarioError(f"{where}: lacks the [{table}] table; pass --scenario FILE [--point N]")
+    base, keys = defaults(), set()
+    for key, value in _flatten(tree):
+        f = FIELD_BY_KEY.get(key)
+        if f is not None and f.kind == "float" and value in ("inf", "-inf", "nan"):
+            value = float(value)  # strict JSON spells a non-finite number so (docs/trace.md)
+        set_dotted(base, key, _validated(where, key, value))
+        keys.add(key)
+    return Scenario(where, base, [], frozenset(keys)).points()[0]
+
+
 __all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id",
-           "point_hash", "get_dotted"]
+           "point_hash", "get_dotted", "recorded_point"]
