@@ -120,7 +120,7 @@ def _allreduce(me: Node, K: int) -> None:
         total = g.clone()
         dist.all_reduce(total)
         samples = (k + 1) * n * mu
-        lr = float(me.opt.lr(samples / me.spe))
+        _, lr = me.opt.apply_rate(samples / me.spe, [1.0 / n] * n, [0] * n)  # the trace's apply
         me.x = me.opt.step(0, me.x, total / n, lr)
         me.version += 1
         me.log.append((time.monotonic(), "round", k))
@@ -136,7 +136,7 @@ def _sgp(me: Node, K: int) -> None:
         me.log.append((t1, "grad", i, me.version, start, k, t0))
         # the learning rate follows this node's own progress; the trace records that epoch
         epoch = (k + 1) * n * mu / me.spe
-        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
+        me.x = me.opt.step(i, me.x, g, me.opt.apply_rate(epoch, [1.0], [0])[1], me.w)
         me.log.append((time.monotonic(), "apply", me.version, epoch))
         me.version += 1
         outs, ins = out_peers(topo, i, k, n, peers), in_peers(topo, i, k, n, peers)
@@ -175,7 +175,7 @@ def _dpsgd(me: Node, K: int) -> None:
 
     def step(g: torch.Tensor, k: int) -> None:
         epoch = (k + 1) * n * mu / me.spe
-        me.x = me.opt.step(i, me.x, g, float(me.opt.lr(epoch)), me.w)
+        me.x = me.opt.step(i, me.x, g, me.opt.apply_rate(epoch, [1.0], [0])[1], me.w)
         me.log.append((time.monotonic(), "apply", me.version, epoch))
         me.version += 1
 

@@ -20,7 +20,6 @@ import os
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -95,11 +94,11 @@ def server(point: dict[str, Any], mean_sigma: float, out_dir: str) -> None:
         beat.beat(core.processed)
         if core.version != v:  # the core applied: step with the weights and scales of its apply
             gops, weights, stale, epoch = core.tb.last_apply()
-            coefs = np.asarray(weights) * opt.scales(np.asarray(stale))
+            coefs, lr = opt.apply_rate(epoch, weights, stale)  # the staleness policy scales the rate
             gs = [pending.pop(g) for g in gops]
             g = gs[0] * float(coefs[0]) if len(gs) == 1 else torch.stack(gs).T.matmul(
                 torch.tensor(coefs, dtype=x.dtype))
-            x = opt.step(0, x, g, float(opt.lr(epoch)))
+            x = opt.step(0, x, g, lr)
         for w in released:
             send_work(w)
     end = time.time() - t0

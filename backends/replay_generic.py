@@ -4,8 +4,8 @@ The interpreter never knows which protocol wrote the trace (docs/replay.md):
 
 * ``grad``: the cross-entropy gradient of the op's minibatch (:class:`.replay_data.Minibatches`)
   at ``x / w`` of the state it reads;
-* ``apply``: ``x ← opt(x, Σ_i weight_i · scale_i · g_i)`` with ``lr_at(epoch of the apply)``;
-  ``w`` is unchanged;
+* ``apply``: ``x ← opt(x, Σ_i coef_i · g_i)`` with the apply's staleness-aware learning rate
+  (:func:`.optim.step_rates`: the policy scales the rate of the step); ``w`` is unchanged;
 * ``mix``: ``x ← self_coef·x + coef·x_src``, ``w ← self_coef·w + coef·w_src``;
 * ``eval``: the test error of ``x / w`` of a state, or (node −1) of the mean over nodes of
   each node's latest ``x / w``.

@@ -3,8 +3,8 @@
 Derived once per trace: when each weights version can be freed (after its last reader),
 which gradients are computed at all (those an apply consumes), which are computed together
 (a batch: later gradients whose versions already exist, same minibatch size, up to the
-cap), each apply input's coefficient (averaging weight × the staleness policy's scale) and
-each apply's learning rate.
+cap), each apply input's coefficient and each apply's learning rate (the staleness policy
+scales the rate of the step: :func:`.optim.step_rates`).
 """
 
 from __future__ import annotations
@@ -54,8 +54,10 @@ class Plan:
     op at which the multi-gradient batch ``batches[b]`` (grad op indices) is computed,
     :data:`NOTHING` otherwise;
     ``sid`` the state a grad reads, ``interval`` the number of evals before it, ``coef``
-    the factor weight·scale applied when it is computed (1 unless it is its apply's only
-    input); ``lr`` an apply's learning rate. ``coefs``: weight·scale of every apply input.
+    the coefficient applied when it is computed (1 unless it is its apply's only input);
+    ``lr`` an apply's learning rate, staleness-aware. ``coefs``: the coefficient of every apply
+    input (:func:`.optim.step_rates`: the averaging weight, re-weighted only by mixed
+    per-gradient rates).
     """
 
     offset: np.ndarray
@@ -126,7 +128,8 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
                 lead[grads[k]] = len(batches)
                 batches.append(grads[np.concatenate([[k], more])])
 
-    coefs = inp["weight"] * opt.scales(inp["staleness"])
+    # the staleness policy scales the step's rate (optim.step_rates): coefs weigh the inputs
+    coefs, base = opt.rates(inp["weight"], inp["staleness"], ops["in_count"][applies])
     # a gradient that is its apply's only input is scaled once, when it is computed
     single = np.repeat(ops["in_count"][applies] == 1, ops["in_count"][applies])
     # ... and, computed alone, stays in the gradient buffer if its apply comes first
@@ -139,7 +142,7 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     coef = np.ones(n)
     coef[inp["grad_op"][single]] = coefs[single]
     lr = np.zeros(n)
-    lr[applies] = opt.lr(ops["epoch"][applies])
+    lr[applies] = opt.lr(ops["epoch"][applies], base)
     interval = np.zeros(n, np.int64)
     interval[grads] = np.searchsorted(evals, grads)
     return Plan(offset, np.argsort(last, kind="stable"), np.bincount(last, minlength=n + 1)[:n], grads,

@@ -277,7 +277,7 @@ class StackedReplayer:
         self._unfinished = 0                               # released, not executed
         self._eval_rows: dict[int, dict[str, Any]] = {}
         opt = self.opt
-        self._buf = torch.zeros_like(self._pool[:N]) if opt.has_state else None
+        self._buf = opt.state_rows(N, self._pool)  # the nodes' optimizer state rows (None: no state)
         self.peak_live_states = N
         n_exec, ready = len(self._exec), self._ready
         while True:

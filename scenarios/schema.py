@@ -72,6 +72,20 @@ def _check_milestones(value: Any) -> str | None:
     return None
 
 
+ADAM_BETA = Field("optimizer.betas item", "float", 0.9, "", minimum=0, maximum=1, max_exclusive=True)
+
+
+def _check_betas(value: Any) -> str | None:
+    """Adam's ``[β1, β2]``: two numbers, each ≥ 0 and < 1 (the one range check)."""
+    if len(value) != 2:
+        return "expected two numbers [β1, β2]"
+    for name, x in zip(("β1", "β2"), value):
+        _, problem = check_value(ADAM_BETA, x)
+        if problem:
+            return f"{name}: {problem}"
+    return None
+
+
 def _check_path(value: Any) -> str | None:
     """A file path names a file: no NUL byte (no file system accepts one), not empty."""
     if "\0" in value:
@@ -116,13 +130,19 @@ FIELDS: tuple[Field, ...] = (
     _i("workload.teacher_features", 32, "Input features of the synthetic `teacher` data set.", minimum=1,
        maximum=10**6),
     # optimizer
-    _s("optimizer.name", "sgd", "Update rule.", choices=("sgd", "nesterov", "adagrad")),
+    _s("optimizer.name", "sgd", "Update rule (torch.optim's SGD, SGD with Nesterov momentum, Adagrad, Adam, "
+       "AdamW).", choices=("sgd", "nesterov", "adagrad", "adam", "adamw")),
     _f("optimizer.lr", 0.05, "Base learning rate α0.", minimum=0, min_exclusive=True, maximum=1e30),
     _f("optimizer.momentum", 0.9, "Momentum coefficient (sgd, nesterov).", minimum=0, maximum=1,
        max_exclusive=True),
-    _f("optimizer.weight_decay", 0.0, "L2 weight decay.", minimum=0, maximum=1e6),
-    _s("optimizer.lr_policy", "constant", "Staleness handling: α0, α0/⟨σ⟩ or α0/σ_i.",
-       choices=("constant", "mean_staleness", "per_gradient")),
+    _f("optimizer.weight_decay", 0.0, "L2 weight decay (adamw: decoupled, the weights decay by lr·wd).",
+       minimum=0, maximum=1e6),
+    _s("optimizer.lr_policy", "constant", "Staleness handling, on the step's learning rate: α0, α0/⟨σ⟩ or "
+       "α0/σ_i (docs/replay.md).", choices=("constant", "mean_staleness", "per_gradient")),
+    Field("optimizer.betas", "list", [0.9, 0.999], "Adam's moment decay rates [β1, β2] (adam, adamw).",
+          check=_check_betas),
+    _f("optimizer.eps", None, "Term added to the denominator (adam, adamw, adagrad); default 1e-8 for "
+       "adam and adamw, 1e-10 for adagrad.", minimum=0, min_exclusive=True, maximum=1, optional=True),
     Field("optimizer.milestones", "list", [], "Learning-rate decay: list of [epoch, factor].",
           "epochs", check=_check_milestones),
     _f("optimizer.warmup_epochs", 0.0, "Linear learning-rate warm-up length.", "epochs", minimum=0,

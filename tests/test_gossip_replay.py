@@ -189,6 +189,8 @@ CASES = [
     ("sgp", {}), ("sgp", {"protocol__overlap": 1}), ("sgp", {"protocol__overlap": 2, "protocol__peers": 2}),
     ("dpsgd", {}), ("dpsgd", {"protocol__topology": "ring", "optimizer__name": "nesterov"}),
     ("adpsgd", {"optimizer__lr_policy": "per_gradient"}), ("adpsgd", {"optimizer__name": "adagrad"}),
+    ("adpsgd", {"optimizer__name": "adam", "optimizer__lr": 0.01, "optimizer__lr_policy": "per_gradient"}),
+    ("sgp", {"optimizer__name": "adamw", "optimizer__lr": 0.01, "optimizer__weight_decay": 0.05}),
     ("allreduce", {}),
 ]
 
@@ -300,6 +302,8 @@ def synthetic_trace(nodes: int = 4, iters: int = 8, seed: int = 3) -> Trace:
     {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3, "milestones": [[0.45, 0.3]]},
     {"name": "nesterov", "lr": 0.1, "momentum": 0.5, "weight_decay": 0.0},
     {"name": "adagrad", "lr": 0.05, "weight_decay": 1e-3, "milestones": [[0.45, 0.3]]},
+    {"name": "adam", "lr": 0.01, "weight_decay": 1e-3, "milestones": [[0.45, 0.3]]},
+    {"name": "adamw", "lr": 0.01, "weight_decay": 0.05, "betas": [0.8, 0.99], "eps": 1e-6},
 ])
 @pytest.mark.parametrize("cap", [64, 3])
 def test_stacked_replay_of_arbitrary_multi_node_ops_equals_generic(opt, cap):

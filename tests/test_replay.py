@@ -554,7 +554,9 @@ def test_simulated_hardsync_replays_as_single_learner_sgd():
 def reference_ps_replay(trace: Trace, point: dict) -> torch.Tensor:
     """An independent parameter-server replay: a dict of weights versions, each gradient by
     plain autograd on a copy of the model at the version it read, each apply one
-    ``torch.optim.SGD`` step (momentum, weight decay) on Σ weight · (α0/σ policy) · g."""
+    ``torch.optim.SGD`` step (momentum, weight decay) at Rudra's rate with the per-gradient
+    rates α_i = α0·s_i (per_gradient: s_i = 1/σ_i, 1 when σ_i = 0) of docs/replay.md: the
+    step's rate α0·s̄, s̄ = Σ w_i s_i / Σ w_i, on Σ w_i (s_i / s̄) g_i (plain SGD: Σ w_i α_i g_i)."""
     ops, inp = trace.ops, trace.inputs
     model, data = build_model(point), load_data(point)
     params = list(model.parameters())
@@ -575,10 +577,15 @@ def reference_ps_replay(trace: Trace, point: dict) -> torch.Tensor:
             s, c = int(ops["in_start"][i]), int(ops["in_count"][i])
             for p in params:
                 p.grad = torch.zeros_like(p)
-            for g_op, w, sigma in zip(inp["grad_op"][s:s + c], inp["weight"][s:s + c], inp["staleness"][s:s + c]):
-                scale = 1.0 / sigma if (point["optimizer"]["lr_policy"] == "per_gradient" and sigma > 0) else 1.0
+            ws, sigmas = inp["weight"][s:s + c].tolist(), inp["staleness"][s:s + c].tolist()
+            rates = [1.0 / sigma if (point["optimizer"]["lr_policy"] == "per_gradient" and sigma > 0) else 1.0
+                     for sigma in sigmas]
+            mean_rate = sum(w * r for w, r in zip(ws, rates)) / sum(ws)
+            for g_op, w, r in zip(inp["grad_op"][s:s + c], ws, rates):
                 for p, g in zip(params, grads.pop(int(g_op))):
-                    p.grad.add_(g, alpha=float(w) * scale)
+                    p.grad.add_(g, alpha=w * r / mean_rate)
+            for group in sgd.param_groups:
+                group["lr"] = point["optimizer"]["lr"] * mean_rate
             sgd.step()
             versions[int(ops["version"][i]) + 1] = [p.detach().clone() for p in params]
     return torch.cat([p.detach().reshape(-1) for p in params])
