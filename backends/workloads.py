@@ -9,6 +9,10 @@ Rules kept here:
 * ``teacher`` is synthetic and fixed by its size keys alone: Gaussian inputs, labels the
   argmax of a random teacher MLP (seed ``TEACHER_SEED``); sizes equal
   :func:`ddlsim.simulator.catalog.dataset_info`;
+* ``mnist1d`` is MNIST-1D (Greydanus 2020) as the ``mnist1d`` package generates it with its
+  default arguments (its own seed, 42): 4,000 training and 1,000 test sequences of length 40,
+  shape (40,), float32; generated once per process, and the global NumPy and ``random``
+  states are the same after as before;
 * ``cifar10``/``mnist``/``fashion_mnist`` are read from ``data_dir`` by ddlsim's own
   readers (:func:`data_files`: no pickle but a restricted one, shapes, types, counts and
   labels checked; files that are not the official ones are read, with a warning), and
@@ -36,8 +40,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..simulator.catalog import (IMAGE_MODELS, MLP_HIDDEN, SIMULATION_ONLY_MODELS,
-                                 TRAINABLE_MODELS, DatasetInfo, dataset_info)
+from ..simulator.catalog import (EMBEDDED_DATASETS, IMAGE_MODELS, MLP_HIDDEN, MNIST1D_CNN_CHANNELS,
+                                 MNIST1D_CNN_LAYERS, MNIST1D_MLP_HIDDEN, SEQUENCE_MODELS,
+                                 SIMULATION_ONLY_MODELS, TRAINABLE_MODELS, DatasetInfo, conv1d_lengths,
+                                 dataset_info)
 from ..simulator.files import read_bounded
 from .base import BackendError
 
@@ -81,11 +87,14 @@ def check_data(point: dict[str, Any], data_dir: str | None = None, download: boo
     cannot be replayed or whose directory is missing (cheap: reads no files), so that a sweep
     can refuse before any work."""
     name = point["workload"]["dataset"]
-    if name in ("digits", "teacher"):
+    if name == "mnist1d":
+        _check_mnist1d_package()
+        return
+    if name in EMBEDDED_DATASETS:
         return
     if name not in _NORMALIZE:
         raise BackendError(f"data set {name!r} is simulation-only: it cannot be replayed "
-                           f"(use digits, teacher, cifar10, mnist or fashion_mnist)")
+                           f"(use digits, teacher, mnist1d, cifar10, mnist or fashion_mnist)")
     if data_dir is None and not download:
         raise BackendError(f"data set {name!r} needs its files: {_HINT}")
     root = os.path.expanduser(data_dir or DEFAULT_DOWNLOAD_DIR)
@@ -102,6 +111,8 @@ def load_data(point: dict[str, Any], data_dir: str | None = None, download: bool
         data = _digits()
     elif name == "teacher":
         data = _teacher(wl["teacher_samples"], wl["teacher_features"])
+    elif name == "mnist1d":
+        data = _mnist1d()
     else:
         check_data(point, data_dir, download)
         data = _from_files(data_files(name, data_dir, download, verify=False))
@@ -144,6 +155,54 @@ def _teacher(samples: int, features: int) -> Data:
     k = info.train_size
     return Data(torch.from_numpy(x[:k]), torch.from_numpy(y[:k]), torch.from_numpy(x[k:]),
                 torch.from_numpy(y[k:]), info)
+
+
+def _check_mnist1d_package() -> None:
+    """One :class:`BackendError` line when the ``mnist1d`` package is not installed (imports nothing)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mnist1d") is None:
+        raise BackendError("data set 'mnist1d' needs the mnist1d package (a dependency of ddlsim): "
+                           "pip install 'mnist1d>=0.0.2,<0.1'")
+
+
+def _mnist1d_package() -> Any:
+    """The ``mnist1d`` package's ``data`` module (a dependency of ddlsim); one line if absent."""
+    _check_mnist1d_package()
+    import mnist1d.data
+
+    return mnist1d.data
+
+
+@functools.lru_cache(maxsize=1)
+def mnist1d_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, x_test, y_test) of MNIST-1D: ``make_dataset`` with the package's default arguments
+    (read-only arrays: x float32 (N, 40), y int64). The package seeds the global NumPy and
+    ``random`` generators; both states are saved before and restored after, whatever happens."""
+    import random
+
+    pkg = _mnist1d_package()
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = pkg.make_dataset(pkg.get_dataset_args())
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    out = (np.ascontiguousarray(d["x"], dtype=np.float32), np.ascontiguousarray(d["y"], dtype=np.int64),
+           np.ascontiguousarray(d["x_test"], dtype=np.float32), np.ascontiguousarray(d["y_test"], dtype=np.int64))
+    info = dataset_info("mnist1d")
+    want = ((info.train_size, *info.shape), (info.train_size,), (info.test_size, *info.shape), (info.test_size,))
+    if tuple(a.shape for a in out) != want:
+        raise BackendError(f"data set 'mnist1d': the mnist1d package made arrays of shapes "
+                           f"{[a.shape for a in out]}, not {list(want)} (an incompatible mnist1d version?)")
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _mnist1d() -> Data:
+    x, y, xt, yt = mnist1d_arrays()
+    return Data(torch.tensor(x), torch.tensor(y), torch.tensor(xt), torch.tensor(yt), dataset_info("mnist1d"))
 
 
 # -- data sets the user brings: ddlsim's own readers --------------------------------------
@@ -572,6 +631,22 @@ def _from_files(d: DataFiles) -> Data:
                 torch.from_numpy(d.test_y.copy()), info)
 
 
+class Mnist1dMLP(nn.Module):
+    """The MNIST-1D paper's MLP (MLPBase): ``h = ReLU(W1 x)``, ``h ← h + ReLU(W2 h)``,
+    logits ``W3 h``, hidden width ``MNIST1D_MLP_HIDDEN``; weights drawn in that layer order."""
+
+    def __init__(self, n_in: int, classes: int, hidden: int = MNIST1D_MLP_HIDDEN) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(n_in, hidden)
+        self.linear2 = nn.Linear(hidden, hidden)
+        self.linear3 = nn.Linear(hidden, classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.linear1(x.flatten(1)).relu()
+        h = h + self.linear2(h).relu()
+        return self.linear3(h)
+
+
 class _GreyToRGB(nn.Module):
     """Repeat a single grey channel to three (for torchvision's RGB models)."""
 
@@ -585,9 +660,26 @@ def make_model(name: str, info: DatasetInfo) -> nn.Module:
         raise BackendError(f"model {name!r} is simulation-only: it cannot be replayed "
                            f"(use {', '.join(TRAINABLE_MODELS)})")
     c = info.classes
+    n_in = int(np.prod(info.shape))
     if name == "mlp":
-        n_in = int(np.prod(info.shape))
         return nn.Sequential(nn.Flatten(), nn.Linear(n_in, MLP_HIDDEN), nn.ReLU(), nn.Linear(MLP_HIDDEN, c))
+    if name == "logistic":
+        return nn.Sequential(nn.Flatten(), nn.Linear(n_in, c))
+    if name == "mnist1d_mlp":
+        return Mnist1dMLP(n_in, c)
+    if name in SEQUENCE_MODELS:
+        if len(info.shape) != 1:
+            raise BackendError(f"model {name!r} needs sequence data (one sample of shape (L,)); data set "
+                               f"{info.name!r} is not")
+        try:
+            lengths = conv1d_lengths(info.shape[0])
+        except ValueError as e:
+            raise BackendError(str(e)) from None
+        ch, layers = MNIST1D_CNN_CHANNELS, []
+        for i, (k, s, p) in enumerate(MNIST1D_CNN_LAYERS):
+            layers += [nn.Conv1d(1 if i == 0 else ch, ch, k, stride=s, padding=p), nn.ReLU()]
+        return nn.Sequential(nn.Unflatten(1, (1, info.shape[0])), *layers, nn.Flatten(),
+                             nn.Linear(ch * lengths[-1], c))
     if name not in IMAGE_MODELS:
         raise BackendError(f"unknown model {name!r}")
     if len(info.shape) != 3:

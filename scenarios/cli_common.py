@@ -335,7 +335,7 @@ def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download:
     ``workload.samples_per_epoch`` is refused)."""
     if backend not in ("replay", "live"):
         return
-    from ..backends.workloads import check_data, data_files
+    from ..backends.workloads import EMBEDDED_DATASETS, check_data, data_files
 
     seen: set[str] = set()
     said: list[str] = []
@@ -343,7 +343,7 @@ def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download:
         if backend == "replay" or point["live"]["compute"] == "real":
             check_data(point, data_dir, download)
             name = point["workload"]["dataset"]
-            if name not in seen and name not in ("digits", "teacher"):
+            if name not in seen and name not in EMBEDDED_DATASETS:
                 seen.add(name)
                 files = data_files(name, data_dir, download)
                 said += [f"ddlsim: warning: {line}" for line in files.warnings]

@@ -21,17 +21,22 @@ class DatasetInfo:
     classes: int
 
 
-DATASETS = ("digits", "teacher", "cifar10", "mnist", "fashion_mnist", "imagenet")
+DATASETS = ("digits", "teacher", "mnist1d", "cifar10", "mnist", "fashion_mnist", "imagenet")
+EMBEDDED_DATASETS = ("digits", "teacher", "mnist1d")   # built in-process: no files, no download
 FILE_DATASETS = ("cifar10", "mnist", "fashion_mnist")   # torchvision's, read from a data directory
 SIMULATION_ONLY_DATASETS = ("imagenet",)
-MODELS = ("mlp", "lenet", "rudra_cifar", "resnet18", "resnet50", "resnet101", "resnet152", "vgg16",
-          "inception_v3", "alexnet", "transformer", "bert_base", "bert_large")
+MODELS = ("mlp", "logistic", "mnist1d_mlp", "mnist1d_cnn", "lenet", "rudra_cifar", "resnet18", "resnet50",
+          "resnet101", "resnet152", "vgg16", "inception_v3", "alexnet", "transformer", "bert_base", "bert_large")
 IMAGE_MODELS = ("lenet", "rudra_cifar", "resnet18")     # need (C, H, W) inputs
+SEQUENCE_MODELS = ("mnist1d_cnn",)                      # need (L,) inputs: one channel of length L
 SIMULATION_ONLY_MODELS = ("resnet50", "resnet101", "resnet152", "vgg16", "inception_v3", "alexnet", "transformer",
                           "bert_base", "bert_large")
 TRAINABLE_MODELS = tuple(m for m in MODELS if m not in SIMULATION_ONLY_MODELS)
 
 DIGITS_TEST_SIZE = 360  # scikit-learn digits: 1797 samples, fixed 1437/360 split
+# MNIST-1D (Greydanus 2020) with the mnist1d package's default arguments: 5,000 samples of
+# length 40, the first 80 % for training
+MNIST1D_TRAIN, MNIST1D_TEST, MNIST1D_LENGTH = 4000, 1000, 40
 
 
 def dataset_info(name: str, teacher_samples: int = 4096, teacher_features: int = 32) -> DatasetInfo:
@@ -41,6 +46,8 @@ def dataset_info(name: str, teacher_samples: int = 4096, teacher_features: int =
     if name == "teacher":
         return DatasetInfo("teacher", teacher_samples, max(256, teacher_samples // 4),
                            (teacher_features,), 10)
+    if name == "mnist1d":
+        return DatasetInfo("mnist1d", MNIST1D_TRAIN, MNIST1D_TEST, (MNIST1D_LENGTH,), 10)
     if name == "cifar10":
         return DatasetInfo("cifar10", 50_000, 10_000, (3, 32, 32), 10)
     if name in ("mnist", "fashion_mnist"):
@@ -51,6 +58,12 @@ def dataset_info(name: str, teacher_samples: int = 4096, teacher_features: int =
 
 
 MLP_HIDDEN = 128
+# The MNIST-1D paper's models (github.com/greydanus/mnist1d, notebooks/models.py): MLPBase's
+# hidden width (its default, as the paper's benchmark builds it) and ConvBase's channels
+MNIST1D_MLP_HIDDEN = 100
+MNIST1D_CNN_CHANNELS = 25
+# ConvBase's three Conv1d layers: (kernel, stride, padding)
+MNIST1D_CNN_LAYERS = ((5, 2, 1), (3, 2, 1), (3, 2, 1))
 # Parameter counts of the simulation-only models: torchvision's builds with 1000 classes
 # (ResNet-50, AlexNet), the Keras Applications table (ResNet-101/152, VGG-16, Inception V3:
 # keras.io/api/applications) and the BERT README (google-research/bert: 110M and 340M,
@@ -83,11 +96,36 @@ def _conv(i: int, o: int, k: int) -> int:
     return i * o * k * k + o
 
 
+def conv1d_lengths(length: int) -> list[int]:
+    """Output lengths of ConvBase's three Conv1d layers on an input of ``length``
+    (``⌊(L + 2p − k) / s⌋ + 1`` each); ValueError when a layer would have no output."""
+    out = []
+    for k, s, p in MNIST1D_CNN_LAYERS:
+        if length + 2 * p < k:
+            raise ValueError(f"model 'mnist1d_cnn' needs sequences of length ≥ 3; this data set's are {length}")
+        length = (length + 2 * p - k) // s + 1
+        out.append(length)
+    return out
+
+
 def param_count(model: str, data: DatasetInfo) -> int:
     """Parameter count of ``model`` built for ``data`` (the backends' definitions)."""
     c = data.classes
     if model == "mlp":  # flatten → 128 → ReLU → classes
         return _linear(_flat(data.shape), MLP_HIDDEN) + _linear(MLP_HIDDEN, c)
+    if model == "logistic":  # flatten → classes
+        return _linear(_flat(data.shape), c)
+    if model == "mnist1d_mlp":  # flatten → h → ReLU, h + ReLU(linear(h)), → classes (MLPBase)
+        h = MNIST1D_MLP_HIDDEN
+        return _linear(_flat(data.shape), h) + _linear(h, h) + _linear(h, c)
+    if model == "mnist1d_cnn":  # 3 × (Conv1d, ReLU), flatten, linear (ConvBase)
+        if len(data.shape) != 1:
+            raise ValueError(f"model 'mnist1d_cnn' needs sequence data (one sample of shape (L,)); data set "
+                             f"{data.name!r} is not")
+        ch = MNIST1D_CNN_CHANNELS
+        (k1, _, _), (k2, _, _), (k3, _, _) = MNIST1D_CNN_LAYERS
+        last = conv1d_lengths(data.shape[0])[-1]
+        return (1 * ch * k1 + ch) + (ch * ch * k2 + ch) + (ch * ch * k3 + ch) + _linear(ch * last, c)
     if len(data.shape) != 3 and model in IMAGE_MODELS:
         raise ValueError(f"model {model!r} needs image data; data set {data.name!r} is not")
     if model == "lenet":  # conv5(6,pad2) pool2 conv5(16,pad2) pool2 fc120 fc84 fc
