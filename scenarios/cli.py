@@ -69,18 +69,20 @@ def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[s
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..backends.registry import get_backend
+    from ..backends.registry import available_backends, get_backend
 
     scenario = load_scenario(args)
     name = args.backend or scenario.base["backend"]
-    get_backend(name)  # unknown names fail before any work
+    if name not in available_backends():  # unknown names fail before any work (without importing one)
+        get_backend(name)
+    check_data_sets(scenario, name, args.data_dir, args.download)  # and unreadable data (torch-free), too
+    get_backend(name)  # a backend that fails to load, too
     if name == "live":
         from ..backends.live import check_live_size
 
         check_live_size(scenario.points(), args.force)  # more processes than this machine should start, too
     if args.device is not None:
         resolve_device(args.device)  # an empty, unknown or unavailable device, too
-    check_data_sets(scenario, name, args.data_dir, args.download)  # and unreadable data, too
     return cmd_simulate(args, backend=name, scenario=scenario)
 
 

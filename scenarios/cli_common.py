@@ -335,7 +335,8 @@ def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download:
     ``workload.samples_per_epoch`` is refused)."""
     if backend not in ("replay", "live"):
         return
-    from ..backends.workloads import EMBEDDED_DATASETS, check_data, data_files
+    from ..backends.data_files import check_data, data_files
+    from ..simulator.catalog import EMBEDDED_DATASETS
 
     seen: set[str] = set()
     said: list[str] = []

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from ddlsim.backends import workloads
+from ddlsim.backends import data_files as data_files_module
 from ddlsim.backends.base import BackendError
-from ddlsim.backends.workloads import data_files, load_data
+from ddlsim.backends.data_files import data_files
+from ddlsim.backends.workloads import load_data
 from ddlsim.scenarios.cli import main
 from tests.conftest import make_point
 
@@ -272,14 +273,14 @@ def test_download_is_not_attempted_when_files_are_there(tmp_path, monkeypatch):
     def no_network(name, root):
         raise AssertionError("downloaded although files were there")
 
-    monkeypatch.setattr(workloads, "_download", no_network)
+    monkeypatch.setattr(data_files_module, "_download", no_network)
     assert len(data_files("cifar10", str(tmp_path), download=True).train_y) == 20
 
 
 def test_data_files_are_read_only_if_regular_and_bounded(tmp_path, monkeypatch):
     # rule: read_bounded's bound and file kind hold for data files too
     cifar_folder(tmp_path, {"data_batch_1": 20, "test_batch": 10})
-    monkeypatch.setattr(workloads, "DATA_FILE_MAX_BYTES", 1000)
+    monkeypatch.setattr(data_files_module, "DATA_FILE_MAX_BYTES", 1000)
     with pytest.raises(BackendError, match="data_batch_1: .* bytes is more than the 1,000"):
         data_files("cifar10", str(tmp_path))
     monkeypatch.undo()
@@ -302,3 +303,16 @@ def test_replaying_a_trace_against_fewer_files_than_its_epoch_is_refused(tmp_pat
                "--out", str(tmp_path / "r"), "--device", "cpu", "--no-report"])
     one_line(capsys.readouterr().err, "samples_per_epoch = 250", "100")
     assert rc == 2 and not (tmp_path / "r" / "summary.csv").exists()
+
+
+def test_an_empty_data_dir_is_refused_without_importing_torch(tmp_path):
+    # rule: argument and data checks come before heavy imports (a refusal is quick)
+    import subprocess
+    import sys
+
+    code = ("import sys; from ddlsim.scenarios.cli import main; "
+            f"rc = main(['run', 'rudra-cifar10', '--data-dir', {str(tmp_path)!r}, '--out', {str(tmp_path / 'o')!r}]); "
+            "print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr)
+    assert "no CIFAR-10 files" in proc.stderr and not (tmp_path / "o").exists()
