@@ -3,8 +3,10 @@
 Rules every function keeps: it never writes a file; it accepts any :class:`Table`
 (1 run or many, extra columns, empty cells); when the columns it needs are missing or
 hold no values it returns a "no data" figure (see :func:`is_no_data`) instead of
-raising. Runs whose configuration repeats (e.g. several seeds) are averaged where a
-figure shows one value per configuration.
+raising. The runs of one configuration (its replicates: several seeds) are drawn as their
+mean with their spread: a band (the seeds' range) around the mean curve, the 95 % interval
+of the mean on Pareto points, the seeds' range in a heatmap cell where it is wider than the
+noise; staleness histograms pool them.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from matplotlib.ticker import MaxNLocator
 from ._figure import (ERROR_COLUMNS, LINESTYLES, describe, fmt_value, is_no_data,
                       new_figure, no_data, panel_grid, panel_size, percent_axis,
                       plain_log2_axis, same_text, styles, text_color, use_log, wrap)
-from .metrics import CONFIG_ORDER, config_sorted, pareto_front, sim_measured_pairs, speedups
-from .findings import learned
+from .metrics import CONFIG_ORDER, config_sorted, pareto_front, replicate_groups, sim_measured_pairs, speedups
+from .findings import configuration_rows, learned
 from .table import (Row, Table, config_key, is_number, is_value, label, labels, mean, protocol_name,
-                    varying_keys)
+                    sort_key, varying_keys)
 
 PANEL_KEY = ("learners", "minibatch")  # a panel shows one configuration across λ and μ
 
@@ -69,10 +71,12 @@ def _panel_title(row: Row, keys: list[str]) -> str:
 # -- error against time ----------------------------------------------------------------
 def error_vs_time(curves: Table, summary: Table | None = None, *, target: float | None = None,
                   logx: bool | None = None, max_lines: int = 10, max_panels: int = 12) -> Figure:
-    """Test error against simulated wall-clock time, one line per run.
+    """Test error against simulated wall-clock time, one line per configuration: the mean over
+    its replicates (seeds) at each evaluation (mean time, mean error), with a band spanning the
+    seeds' lowest to highest error there; a configuration of one run is that run's line.
 
-    Up to ``max_lines`` runs share one axes, each labelled by its configuration (swept
-    keys that differ) or its ``run_id``. A larger sweep gets one panel per protocol
+    Up to ``max_lines`` configurations share one axes, each labelled by its configuration
+    (swept keys that differ) or its ``run_id``. A larger sweep gets one panel per protocol
     configuration (at most ``max_panels``) with colour = learners λ and line style =
     minibatch μ. Diverged runs are faded; ``target`` draws the target error;
     ``logx=None`` uses a log time axis when positive times span more than 30× (points
@@ -82,31 +86,38 @@ def error_vs_time(curves: Table, summary: Table | None = None, *, target: float 
     miss = _missing(curves, "run_id", "sim_time_s", "test_error")
     if miss:
         return no_data(title, f"curves lack {', '.join(miss)}")
-    points = {str(rid): sorted((r["sim_time_s"], r["test_error"]) for r in t
-                               if is_number(r.get("sim_time_s")) and is_number(r.get("test_error")))
-              for (rid,), t in curves.group_by("run_id").items()}
-    positive = [x for pts in points.values() for x, _ in pts if x > 0]
+    runs = {str(rid): sorted((r["sim_time_s"], r["test_error"], r.get("epoch")) for r in t
+                             if is_number(r.get("sim_time_s")) and is_number(r.get("test_error")))
+            for (rid,), t in curves.group_by("run_id").items()}
+    srows = {str(r.get("run_id")): r for r in (summary or Table())}
+    groups = _replicates([srows.get(rid, {"run_id": rid}) for rid in runs if runs[rid]])
+    points = {str(rs[0]["run_id"]): _mean_curve([runs[str(r["run_id"])] for r in rs]) for rs in groups}
+    positive = [x for pts in points.values() for x, _, _, _ in pts if x > 0]
     log = use_log(positive) if logx is None else bool(logx and positive)
     if log:  # a log axis cannot show t = 0 (the evaluation before training)
         points = {rid: [p for p in pts if p[0] > 0] for rid, pts in points.items()}
-    lines = {rid: ([x for x, _ in pts], [y for _, y in pts]) for rid, pts in points.items() if pts}
+    lines = {rid: ([p[0] for p in pts], [p[1] for p in pts]) for rid, pts in points.items() if pts}
+    bands = {rid: ([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts]) for rid, pts in points.items()
+             if pts and len(groups[_index(groups, rid)]) > 1}
     if not lines:
         return no_data(title, "no run has both sim_time_s and test_error")
-    srows = {str(r.get("run_id")): r for r in (summary or Table())}
-    heads = config_sorted(srows.get(rid, {"run_id": rid}) for rid in lines)
+    heads = config_sorted(rs[0] for rs in groups if str(rs[0]["run_id"]) in lines)
+    diverged = {str(rs[0]["run_id"]): any(r.get("diverged") is True for r in rs) for rs in groups}
     panels = _panels(heads)
     if len(lines) > max_lines and len(panels) <= len(lines) / 2:
-        fig = _error_panels(lines, panels, varying_keys(heads), max_panels)
+        fig = _error_panels(lines, panels, varying_keys(heads), max_panels, bands, diverged)
     else:
         fig = new_figure(9.5 if len(lines) > 6 else 7.5, 4.8)
         ax = fig.add_subplot()
         names = labels(heads)
         for head, (color, style) in zip(heads, styles(len(heads))):
             rid = str(head["run_id"])
-            div = head.get("diverged") is True
+            div = diverged[rid]
             ax.plot(*lines[rid], color=color, linestyle=style, alpha=0.45 if div else 1.0,
                     marker="." if len(lines[rid][0]) < 40 else None,
                     label=names[rid] + (" (diverged)" if div else ""))
+            if rid in bands:
+                ax.fill_between(*bands[rid], color=color, alpha=0.15, linewidth=0)
         fig.legend(loc="outside right center", fontsize=8, frameon=False)
     for ax in fig.axes:
         if target is not None:
@@ -117,12 +128,46 @@ def error_vs_time(curves: Table, summary: Table | None = None, *, target: float 
         ax.set_ylabel("test error")
         percent_axis(ax)
         ax.grid(alpha=0.3)
-    fig.suptitle(title + (f" (dotted: target {100 * target:g}%)" if target is not None else ""))
+    seeds = max(len(rs) for rs in groups)
+    spread = f"\nmean of {seeds} seeds per configuration; band: their lowest to highest error" if bands else ""
+    fig.suptitle(title + (f" (dotted: target {100 * target:g}%)" if target is not None else "") + spread)
     return fig
 
 
+def _replicates(heads: list[Row]) -> list[list[Row]]:
+    """Runs grouped by configuration (:func:`.metrics.replicate_groups`); a run without a summary
+    row (no protocol) is its own group."""
+    known = [h for h in heads if is_value(h.get("protocol"))]
+    return list(replicate_groups(known).values()) + [[h] for h in heads if not is_value(h.get("protocol"))]
+
+
+def _index(groups: list[list[Row]], rid: str) -> int:
+    return next(i for i, rs in enumerate(groups) if str(rs[0]["run_id"]) == rid)
+
+
+def _mean_curve(curves: list[list[tuple[float, float, Any]]]) -> list[tuple[float, float, float, float]]:
+    """``(mean time, mean error, lowest error, highest error)`` at each evaluation that every one
+    of ``curves`` has (matched by epoch, else by position; one curve: itself)."""
+    if len(curves) == 1:
+        return [(t, e, e, e) for t, e, _ in curves[0]]
+    keyed = []
+    for c in curves:
+        epochs = [ep for _, _, ep in c]
+        by_epoch = all(is_number(ep) for ep in epochs) and len(set(epochs)) == len(epochs)
+        keyed.append({(ep if by_epoch else i): (t, e) for i, (t, e, ep) in enumerate(c)})
+    common = sorted(set.intersection(*(set(k) for k in keyed)), key=sort_key)
+    out = []
+    for k in common:
+        ts = [c[k][0] for c in keyed]
+        es = [c[k][1] for c in keyed]
+        out.append((mean(ts), mean(es), min(es), max(es)))
+    return sorted(out)
+
+
 def _error_panels(lines: dict[str, tuple[list[float], list[float]]], panels: dict[tuple, list[Row]],
-                  keys: list[str], max_panels: int) -> Figure:
+                  keys: list[str], max_panels: int,
+                  bands: dict[str, tuple[list[float], list[float], list[float]]] | None = None,
+                  diverged: dict[str, bool] | None = None) -> Figure:
     merged = _merge_identical(panels, keys, lambda r: tuple(map(tuple, lines[str(r["run_id"])])))
     shown = [rs for _, rs in merged[:max_panels]]
     heads = [t for t, _ in merged[:max_panels]]
@@ -135,13 +180,16 @@ def _error_panels(lines: dict[str, tuple[list[float], list[float]]], panels: dic
     fig = new_figure(*panel_size(len(shown), w=4.2, h=3.2))
     for ax, rs, head in zip(panel_grid(fig, len(shown), share=True), shown, heads):
         for r in rs:
-            ax.plot(*lines[str(r["run_id"])], color=color.get(r.get("learners"), "0.5"),
-                    linestyle=style.get(r.get("minibatch"), "-"),
-                    alpha=0.4 if r.get("diverged") is True else 1.0, linewidth=1.3)
+            rid = str(r["run_id"])
+            div = (diverged or {}).get(rid, r.get("diverged") is True)
+            ax.plot(*lines[rid], color=color.get(r.get("learners"), "0.5"),
+                    linestyle=style.get(r.get("minibatch"), "-"), alpha=0.4 if div else 1.0, linewidth=1.3)
+            if bands and rid in bands:
+                ax.fill_between(*bands[rid], color=color.get(r.get("learners"), "0.5"), alpha=0.12, linewidth=0)
         ax.set_title(head, fontsize=9)
     handles = [Line2D([], [], color=color[v], label=f"λ = {v:g}") for v in lams]
     handles += [Line2D([], [], color="0.3", linestyle=style[v], label=f"μ = {v:g}") for v in mus]
-    if any(r.get("diverged") is True for rs in shown for r in rs):
+    if any((diverged or {}).get(str(r["run_id"]), r.get("diverged") is True) for rs in shown for r in rs):
         handles.append(Line2D([], [], color="0.3", alpha=0.4, label="diverged (faded)"))
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     if len(merged) > len(shown):
@@ -153,7 +201,8 @@ def _error_panels(lines: dict[str, tuple[list[float], list[float]]], panels: dic
 def heatmap(summary: Table, value: str = "final_test_error", *, cmap: str = "RdYlGn_r") -> Figure:
     """μ × λ grid of ``value`` (learners across, minibatch up), one panel per protocol
     configuration; cells are annotated, absent runs blank, runs without a value "—",
-    repeated runs averaged.
+    replicates averaged (the mean colours the cell), their range shown beneath where it is
+    wider than the noise (:func:`_seed_range`).
 
     Lower is better for the columns this is meant for, so colours run green (low) to
     red (high). One colour scale serves all panels; it spans the runs that did not
@@ -208,13 +257,14 @@ def _heat_panel(ax: Axes, rows: list[Row], value: str, colors: Any, norm: Normal
         grid[i, j] = mean(got) if got else np.nan
     image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap=colors, norm=norm,
                       aspect="auto")
+    many = any(len(rs) > 1 for rs in cells.values())
     for (i, j), rs in cells.items():
         v = grid[i, j]
-        text = ("failed" if all(r.get("error") for r in rs) else fmt_value(value, v)
+        text = ("failed" if all(r.get("error") for r in rs) else fmt_value(value, v) + _seed_range(value, rs)
                 + ("\ndiverged" if any(r.get("diverged") is True for r in rs)
                    else "\nno learning" if any(r.get("did_not_learn") is True for r in rs) else ""))
         ink = text_color(colors(norm(v))) if math.isfinite(v) else "0.35"
-        ax.text(j, i, text, ha="center", va="center", fontsize=8, color=ink)
+        ax.text(j, i, text, ha="center", va="center", fontsize=7 if many else 8, color=ink)
     ax.set_xticks(range(len(lams)), [f"{v:g}" for v in lams])
     ax.set_yticks(range(len(mus)), [f"{v:g}" for v in mus])
     ax.set_xlabel("learners λ")
@@ -222,10 +272,34 @@ def _heat_panel(ax: Axes, rows: list[Row], value: str, colors: Any, norm: Normal
     return image
 
 
+ERROR_NOISE = 0.01  # a cell's seeds spread more than 1 point of error: their range is shown
+TIME_NOISE = 0.10  # … more than 10 % of the mean time
+
+
+def _seed_range(value: str, rs: list[Row]) -> str:
+    """A heatmap cell's second line for its replicates: the seeds' range (``"2.2–3.1%"``) where it
+    is wider than ``ERROR_NOISE`` (errors) or ``TIME_NOISE`` of the mean (times); for a time to
+    target, how many seeds reached it when not all did."""
+    if len(rs) < 2:
+        return ""
+    got = [r[value] for r in rs if is_number(r.get(value))]
+    out = ""
+    if len(got) > 1:
+        lo, hi = min(got), max(got)
+        wide = hi - lo > ERROR_NOISE if value in ERROR_COLUMNS else hi - lo > TIME_NOISE * abs(mean(got))
+        if wide:
+            a, b = fmt_value(value, lo), fmt_value(value, hi)
+            out = f"\n{a.rstrip('%')}–{b}" if value in ERROR_COLUMNS else f"\n{a}–{b}"
+    if value == "time_to_target_s" and 0 < len(got) < len(rs):
+        out += f"\n{len(got)} of {len(rs)} seeds"
+    return out
+
+
 # -- staleness ---------------------------------------------------------------------------
 def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
-    """One panel per run: frequency of each staleness σ, the mean ⟨σ⟩ as a red line
-    and, for n-softsync, n as a dashed line (Rudra: ⟨σ⟩ ≈ n, σ rarely above 2n).
+    """One panel per run (per configuration: its replicates' histograms pooled, the title says
+    how many): frequency of each staleness σ, the mean ⟨σ⟩ as a red line and, for n-softsync,
+    n as a dashed line (Rudra: ⟨σ⟩ ≈ n, σ rarely above 2n).
 
     ``stale`` has rows ``run_id, staleness, count`` plus, for titles and choice,
     ``protocol``, ``learners``, ``softsync_n`` (and any other configuration column).
@@ -249,6 +323,7 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
             hist[r["staleness"]] = hist.get(r["staleness"], 0) + r["count"]
     if not runs:
         return no_data(title, "no positive staleness counts")
+    pooled = _pool_replicates(runs, heads)
     fresh = list({_simulation(heads[rid]): heads.pop(rid)  # one per simulation
                   for rid in list(heads) if set(runs[rid]) == {0}}.values())
     if not heads:
@@ -270,10 +345,27 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
     for ax, head in zip(panel_grid(fig, len(shown)), shown):
         rid = str(head.get("run_id"))
         _staleness_panel(ax, runs[rid], head)
-        ax.set_title(names[rid], fontsize=9)
+        ax.set_title(names[rid] + (f" ({pooled[rid]} seeds pooled)" if pooled.get(rid, 1) > 1 else ""), fontsize=9)
     more = f" ({len(shown)} of {len(heads)} runs with stale gradients)" if len(heads) > len(shown) else ""
     fig.suptitle(title + more + _fresh_note(fresh))
     return fig
+
+
+def _pool_replicates(runs: dict[str, dict[float, float]], heads: dict[str, Row]) -> dict[str, int]:
+    """Merge the histograms of one configuration's replicates into its first run's (in place):
+    ``runs`` and ``heads`` keep one entry per configuration; returns run id → runs pooled."""
+    groups: dict[tuple, list[str]] = {}
+    for rid, head in heads.items():
+        groups.setdefault(config_key(head) if is_value(head.get("protocol")) else (rid,), []).append(rid)
+    out = {}
+    for rids in groups.values():
+        keep = rids[0]
+        for rid in rids[1:]:
+            for sigma, count in runs.pop(rid).items():
+                runs[keep][sigma] = runs[keep].get(sigma, 0) + count
+            del heads[rid]
+        out[keep] = len(rids)
+    return out
 
 
 def _simulation(head: Row) -> tuple[str, ...]:
@@ -385,19 +477,21 @@ def _unitless(text: str) -> str:
 # -- Pareto ---------------------------------------------------------------------------------
 def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
            *, max_names: int = 4) -> Figure:
-    """All runs as points and the Pareto frontier of the runs that learned (minimise both,
-    :func:`pareto_front`) as a step line. Each configuration without λ and μ (protocol,
-    n, swept keys such as the lr policy) has its own colour and marker; a run that did not
-    learn is drawn hollow, one that diverged as ×. Up to ``max_names`` frontier runs are
+    """Every configuration as a point (the mean over its replicates, with bars spanning the 95 %
+    Student-t interval of each mean; a configuration of one run is that run's point) and the
+    Pareto frontier of those that learned in every seed (minimise both means,
+    :func:`pareto_front`) as a step line. Each configuration without λ and μ (protocol, n,
+    swept keys such as the lr policy) has its own colour and marker; one that did not learn (in
+    some seed) is drawn hollow, one that diverged as ×. Up to ``max_names`` frontier points are
     named beside their point; more are numbered and named in a legend."""
     title = f"Pareto frontier: {describe(y)} vs {describe(x)}"
     miss = _missing(summary, x, y)
     if miss:
         return no_data(title, f"summary lacks {', '.join(miss)}")
-    rows = [r for r in summary if is_number(r.get(x)) and is_number(r.get(y))]
+    rows = [r for r in configuration_rows(summary) if is_number(r.get(x)) and is_number(r.get(y))]
     if not rows:
         return no_data(title, f"no run has both numeric {x} and {y}")
-    names = labels(rows)
+    names = config_labels_of(rows)
     fig = new_figure(8.5, 5.0)
     ax = fig.add_subplot()
     keys = varying_keys(rows)
@@ -407,27 +501,34 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
         sig = tuple(sorted((str(r.get("learners")), str(r.get("minibatch")), r[x], r[y]) for r in rs))
         groups.setdefault(sig, rs)
         texts.setdefault(sig, []).append(_panel_title(rs[0], keys))
+    intervals = any(r.get("replicates", 1) > 1 for r in rows)
     for (sig, rs), (color, _), marker in zip(groups.items(), styles(len(groups)), _markers(len(groups))):
         text = " ≡ ".join(texts[sig]) + (" (identical)" if len(texts[sig]) > 1 else "") \
             if len(groups) > 1 or len(texts[sig]) > 1 else "runs"
         kinds = ((lambda r: not _stuck(r) and r.get("diverged") is not True, color),
                  (lambda r: _stuck(r) and r.get("diverged") is not True, "none"),
                  (lambda r: r.get("diverged") is True, color))
+        if intervals:
+            _interval_bars(ax, rs, x, y, color)
         for i, (pick, face) in enumerate(kinds):
             pts = [r for r in rs if pick(r)]
             if pts:
                 paint = {"color": color} if i == 2 else {"facecolors": face, "edgecolors": color}
                 ax.scatter([r[x] for r in pts], [r[y] for r in pts], marker="x" if i == 2 else marker,
-                           alpha=0.8, s=34, linewidths=1.2, label=text, **paint)
+                           alpha=0.8, s=34, linewidths=1.2, label=text, zorder=2, **paint)
                 text = None  # one legend entry per configuration, whichever kind comes first
     if any(_stuck(r) and r.get("diverged") is not True for r in rows):
         ax.scatter([], [], facecolors="none", edgecolors="0.3", marker="o", label="(hollow: did not learn)")
     if any(r.get("diverged") is True for r in rows):
         ax.scatter([], [], color="0.3", marker="x", label="(×: diverged)")
+    if intervals:
+        seeds = max(r.get("replicates", 1) for r in rows)
+        ax.errorbar([], [], xerr=[], yerr=[], color="0.3", linestyle="", linewidth=0.8,
+                    label=f"(bars: 95 % interval of the mean over {seeds} seeds)")
     front = pareto_front([r for r in rows if learned(r)], x, y) if y in ERROR_COLUMNS else pareto_front(rows, x, y)
     if front:
         ax.step([r[x] for r in front], [r[y] for r in front], where="post", color="black",
-                linewidth=1.2, label="Pareto frontier", zorder=3)
+                linewidth=1.2, label="Pareto frontier" + (" (of the means)" if intervals else ""), zorder=3)
     numbered = len(front) > max_names
     spots: dict[tuple[float, float], list[str]] = {}  # tied runs share one annotation
     for i, r in enumerate(front, 1):
@@ -439,11 +540,12 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
         keys = [Line2D([], [], linestyle="", label=f"{i}: {names[str(r.get('run_id'))]}")
                 for i, r in enumerate(front, 1)]
         fig.legend(handles=keys, loc="outside right upper", fontsize=7, frameon=False,
-                   title="frontier runs", title_fontsize=8, handlelength=0, handletextpad=0)
+                   title="frontier " + ("configurations" if intervals else "runs"), title_fontsize=8,
+                   handlelength=0, handletextpad=0)
     if use_log([r[x] for r in rows]):
         ax.set_xscale("log")
-    ax.set_xlabel(describe(x))
-    ax.set_ylabel(describe(y))
+    ax.set_xlabel(describe(x) + (" (mean)" if intervals else ""))
+    ax.set_ylabel(describe(y) + (" (mean)" if intervals else ""))
     for col, axis in ((y, "y"), (x, "x")):
         if col in ERROR_COLUMNS:
             percent_axis(ax, axis)
@@ -451,6 +553,31 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return fig
+
+
+def config_labels_of(rows: list[Row]) -> dict[str, str]:
+    """Labels of configuration rows (:func:`.findings.configuration_rows`) by their first run's id."""
+    return labels(rows)
+
+
+def _interval_bars(ax: Axes, rows: list[Row], x: str, y: str, color: Any) -> None:
+    """Bars spanning each configuration's 95 % interval of its mean ``x`` and ``y`` (none for a
+    configuration of one run, or a column without its interval)."""
+    for r in rows:
+        xerr = _half(r, x)
+        yerr = _half(r, y)
+        if xerr is None and yerr is None:
+            continue
+        ax.errorbar([r[x]], [r[y]], xerr=xerr, yerr=yerr, color=color, alpha=0.45, linewidth=0.8,
+                    linestyle="", capsize=0, zorder=1)
+
+
+def _half(r: Row, col: str) -> list[list[float]] | None:
+    """``[[below], [above]]`` of ``r[col]`` to its interval's ends (the mean's 95 % interval)."""
+    lo, hi = r.get(f"{col}_ci_low"), r.get(f"{col}_ci_high")
+    if not (is_number(lo) and is_number(hi) and r.get("replicates", 1) > 1):
+        return None
+    return [[max(0.0, r[col] - lo)], [max(0.0, hi - r[col])]]
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "<", "*", ">", "h")

@@ -17,10 +17,10 @@ from typing import Any
 from ._figure import fmt_value
 from ..simulator.results_folder import write_file
 from .figures import FORMATS, FigureSpec, render_bytes, save_figures
-from .findings import TIE_SAMPLES, answers, findings, learned, tie_width, tied
+from .findings import TIE_SAMPLES, answers, configuration_rows, findings, learned, span, tie_width, tied
 from .metrics import pareto_front
 from .results import Results, load_results
-from .table import Table, is_value, labels, sort_key
+from .table import Table, config_labels, is_number, is_value, sort_key
 
 MIME = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -84,12 +84,15 @@ def report_html(results: Results, image_format: str = "svg",
         f'<figure><img src="{uri}" alt="{html.escape(spec.title)}"></figure></section>\n'
         for spec, uri in figures)
     table, table_style = _summary_table(results.summary)
+    configs = _configurations_table(results.summary)
+    if configs:
+        nav += '<li><a href="#configurations">Configurations (mean over seeds)</a></li>'
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>ddlsim report: {name}</title>\n<style>{STYLE}{table_style}</style>\n</head>\n<body>\n"
         f"<h1>ddlsim report: {name}</h1>\n<p class=\"meta\">{_meta(results)}</p>\n"
         f"{_highlights(results)}\n<nav><ul>{nav}</ul></nav>\n{sections}"
-        f"<section id=\"summary\"><h2>Summary table</h2>{table}</section>\n"
+        f"{configs}<section id=\"summary\"><h2>Summary table</h2>{table}</section>\n"
         f"{_notes(results)}"
         "</body>\n</html>\n")
 
@@ -121,23 +124,27 @@ def _meta(results: Results) -> str:
 
 
 def _highlights(results: Results) -> str:
-    """What the sweep found (:func:`.findings.findings`), then the key answers: lowest final
-    error with the runs tied with it (:func:`.findings.tied`), fastest to target, shortest
-    run that reached the target, and the time/error frontier of the runs that learned."""
+    """What the sweep found (:func:`.findings.findings`), then the key answers, asked of
+    configurations (the mean over their seeds, :func:`.findings.answers`): lowest final error
+    with the configurations tied with it (:func:`.findings.tied`), fastest to target, shortest
+    run that reached the target, and the time/error frontier of those that learned."""
     rows = list(results.summary)
     if not rows:
         return ""
-    names = labels(rows)
-    items = [_esc(f) for f in findings(rows)]
+    names = config_labels(rows)
+    items = [_esc(f) for f in findings(rows, results.curves, results.test_size, results.target_error)]
+    configs = configuration_rows(rows)
+    multi = any(r.get("replicates", 1) > 1 for r in configs)
     for q, r, v in answers(rows):
         if r is None:
             items.append(f"{q}: {_esc(v)}")
             continue
         items.append(f"{q}: <b>{_esc(names[str(r['run_id'])])}</b>, {_esc(v)}"
-                     + (_ties(rows, r, names, results.test_size) if q == "Lowest final test error" else ""))
-    front = pareto_front([r for r in rows if learned(r)])
+                     + (_ties(configs, r, names, results.test_size) if q.startswith("Lowest") else ""))
+    front = pareto_front([r for r in configs if learned(r)])
     if front:
-        items.append("Pareto-optimal runs (time, final error): " + "; ".join(
+        items.append(("Pareto-optimal configurations (mean time, mean final error): " if multi else
+                      "Pareto-optimal runs (time, final error): ") + "; ".join(
             f"{_esc(names[str(r['run_id'])])} ({fmt_value('sim_time_s', r['sim_time_s'])}, "
             f"{fmt_value('final_test_error', r['final_test_error'])})" for r in front))
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
@@ -145,13 +152,20 @@ def _highlights(results: Results) -> str:
 
 def _ties(rows: list[dict[str, Any]], winner: dict[str, Any], names: dict[str, str],
           test_size: int | None) -> str:
-    """The sentence naming the runs tied with the lowest final error, and the fastest of them."""
+    """The sentence naming the runs (configurations, with replicates) tied with the lowest final
+    error, and the fastest of them."""
     others = tied(rows, winner, "final_test_error", test_size)
     if not others:
         return ""
-    within = (f"within {TIE_SAMPLES} test samples ({fmt_value('final_test_error', tie_width(test_size))} of a "
-              f"{test_size}-sample test set: differences that small are noise)" if test_size
-              else "at the same error (the test set's size is unknown, so only equal errors count as tied)")
+    multi = any(r.get("replicates", 1) > 1 for r in rows)
+    noise = (f"within {TIE_SAMPLES} test samples ({fmt_value('final_test_error', tie_width(test_size))} of a "
+             f"{test_size}-sample test set: differences that small are noise)" if test_size
+             else "at the same error (the test set's size is unknown, so only equal errors count as tied)")
+    if multi:
+        noise = (f"within {TIE_SAMPLES} test samples, {fmt_value('final_test_error', tie_width(test_size))} of a "
+                 f"{test_size}-sample test set: differences that small are noise" if test_size else
+                 "at the same mean error")
+    within = (f"(each one's mean within the other's 95 % interval over the seeds, or {noise})" if multi else noise)
     timed = [r for r in [winner, *others] if isinstance(r.get("sim_time_s"), (int, float))]
     fastest = min(timed, key=lambda r: r["sim_time_s"], default=None)
     quick = ""
@@ -161,8 +175,9 @@ def _ties(rows: list[dict[str, Any]], winner: dict[str, Any], names: dict[str, s
                  f"{fmt_value('sim_time_s', fastest['sim_time_s'])})")
     listed = "; ".join(f"{_esc(names[str(r['run_id'])])} ({fmt_value('final_test_error', r['final_test_error'])}, "
                        f"{fmt_value('sim_time_s', r.get('sim_time_s'))})" for r in others)
-    return (f"; tied with {len(others)} other run{'s' * (len(others) != 1)} {_esc(within)}{quick}"
-            f'<details class="ties"><summary>the {len(others)} tied run{"s" * (len(others) != 1)}</summary>'
+    what = "configuration" if multi else "run"
+    return (f"; tied with {len(others)} other {what}{'s' * (len(others) != 1)} {_esc(within)}{quick}"
+            f'<details class="ties"><summary>the {len(others)} tied {what}{"s" * (len(others) != 1)}</summary>'
             f"{listed}</details>")
 
 
@@ -192,7 +207,7 @@ def _cell(v: Any) -> tuple[str, bool]:
 
 
 # The summary table's columns: what identifies a run, then what it measured; the rest collapse.
-IDENTITY = ("run_id", "protocol", "softsync_n", "learners", "minibatch")
+IDENTITY = ("run_id", "protocol", "softsync_n", "learners", "minibatch", "seed")
 RESULTS = ("final_test_error", "best_test_error", "time_to_target_s", "sim_time_s", "staleness_mean",
            "diverged", "did_not_learn", "error")
 SIM_RESULTS = ("gradients_per_s", "staleness_max", "server_utilization", "link_in_utilization",
@@ -238,6 +253,49 @@ def _ranks(rows: list[dict[str, Any]], column: str, descending: bool) -> list[in
     for p, i in enumerate(order):
         place[i] = p
     return place
+
+
+CONFIG_HEADINGS = (("configuration", "configuration"), ("replicates", "seeds"), ("final", "final error: mean"),
+                   ("final_range", "range"), ("final_ci", "95 % interval"), ("best", "best error: mean"),
+                   ("ttt", "time to target: mean"), ("reached", "reached"), ("time", "run time: mean"),
+                   ("did_not_learn", "did not learn"))
+
+
+def _configurations_table(summary: Table) -> str:
+    """With replicates, one row per configuration: the mean, range and 95 % Student-t interval
+    of its final error over the seeds, its mean best error, time to target (over the seeds that
+    reached it, counted) and run time, and how many seeds did not learn (configurations.csv's
+    numbers); nothing when every configuration ran once."""
+    configs = configuration_rows(summary)
+    if not any(r.get("replicates", 1) > 1 for r in configs):
+        return ""
+    names = config_labels(summary)
+
+    def err(v: Any) -> str:
+        return fmt_value("final_test_error", v) if is_number(v) else ""
+
+    body = []
+    for r in configs:
+        n = r.get("replicates", 1)
+        finals = [x["final_test_error"] for x in r["_runs"] if is_number(x.get("final_test_error"))]
+        ci = (f"{err(r['final_test_error_ci_low'])}–{err(r['final_test_error_ci_high'])}"
+              if is_number(r.get("final_test_error_ci_low")) else "")
+        reached = r.get("time_to_target_reached")
+        cells = [names[str(r["run_id"])], str(n), err(r.get("final_test_error_mean")),
+                 span(finals, lambda v: f"{100 * v:.1f}%") if finals else "", ci, err(r.get("best_test_error_mean")),
+                 fmt_value("time_to_target_s", r["time_to_target_s_mean"]) if is_number(r.get("time_to_target_s_mean"))
+                 else "", f"{reached}/{n}" if reached is not None else "",
+                 fmt_value("sim_time_s", r["sim_time_s_mean"]) if is_number(r.get("sim_time_s_mean")) else "",
+                 f"{sum(x.get('did_not_learn') is True for x in r['_runs'])}/{n}"
+                 if any("did_not_learn" in x for x in r["_runs"]) else ""]
+        body.append("<tr>" + "".join(f'<td class="text">{_esc(c)}</td>' if i == 0 else f"<td>{_esc(c)}</td>"
+                                     for i, c in enumerate(cells)) + "</tr>")
+    head = "".join(f"<th>{_esc(h)}</th>" for _, h in CONFIG_HEADINGS)
+    return ('<section id="configurations"><h2>Configurations (mean over seeds)</h2>'
+            "<p>One row per configuration, its numbers over its seeds (configurations.csv): the mean, range and 95 % "
+            "Student-t interval of the final test error, and the seeds that reached the target.</p>"
+            f'<div class="scroll"><table class="configs"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div></section>\n")
 
 
 def _summary_table(summary: Table) -> tuple[str, str]:

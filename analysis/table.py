@@ -291,16 +291,40 @@ def label(row: Mapping[str, Any], keys: Iterable[str] | None = None,
 def labels(rows: Iterable[Mapping[str, Any]], omit: Iterable[str] = ()) -> dict[str, str]:
     """``run_id`` → label showing only the swept keys that differ across ``rows``.
 
-    Labels are unique: configurations that would share a label (repeated seeds, or
-    columns the label leaves out) get their ``run_id`` appended.
+    Labels are unique: the replicates of one configuration (the same configuration, each its
+    own ``seed``) get ``seed=N`` appended; other runs that would share a label (repeated runs
+    without a seed column, or columns the label leaves out) get their ``run_id`` appended.
     """
     rows = list(rows)
     keys = varying_keys(rows)
     out = {str(r.get("run_id")): label(r, keys, omit) for r in rows}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(out[str(r.get("run_id"))], []).append(r)
+    seeded = {text for text, rs in groups.items() if len(rs) > 1 and len({config_key(r) for r in rs}) == 1
+              and all(is_number(r.get("seed")) for r in rs) and len({r["seed"] for r in rs}) == len(rs)}
+    by_id = {str(r.get("run_id")): r for r in rows}
+    return {rid: (f"{text} seed={_short(by_id[rid]['seed'])}" if text in seeded
+                  else f"{text} [{rid}]" if len(groups[text]) > 1 else text) for rid, text in out.items()}
+
+
+def config_labels(rows: Iterable[Mapping[str, Any]], omit: Iterable[str] = ()) -> dict[str, str]:
+    """``run_id`` → label of the run's configuration (:func:`label` with the swept keys that
+    differ across ``rows``): the replicates of a configuration share it; distinct configurations
+    that would share one get their first run's ``run_id`` appended."""
+    rows = list(rows)
+    keys = varying_keys(rows)
+    first: dict[tuple, str] = {}
+    text: dict[tuple, str] = {}
+    for r in rows:
+        k = config_key(r)
+        first.setdefault(k, str(r.get("run_id")))
+        text.setdefault(k, label(r, keys, omit))
     counts: dict[str, int] = {}
-    for text in out.values():
-        counts[text] = counts.get(text, 0) + 1
-    return {rid: (f"{text} [{rid}]" if counts[text] > 1 else text) for rid, text in out.items()}
+    for t in text.values():
+        counts[t] = counts.get(t, 0) + 1
+    return {str(r.get("run_id")): (text[config_key(r)] if counts[text[config_key(r)]] == 1
+                                   else f"{text[config_key(r)]} [{first[config_key(r)]}]") for r in rows}
 
 
 def config_key(row: Mapping[str, Any], omit: Iterable[str] = ()) -> tuple[tuple[str, str], ...]:
@@ -314,5 +338,5 @@ def config_key(row: Mapping[str, Any], omit: Iterable[str] = ()) -> tuple[tuple[
                   else format_cell(row.get(n))) for n in names)
 
 
-__all__ = ["Table", "Row", "label", "labels", "varying_keys", "swept_keys", "protocol_name",
+__all__ = ["Table", "Row", "label", "labels", "config_labels", "varying_keys", "swept_keys", "protocol_name",
            "config_key", "is_value", "is_number", "format_cell", "sort_key", "mean", "CONFIG_COLUMNS"]

@@ -79,21 +79,43 @@ def did_not_learn(errors: list[float], chance: float, n_test: int) -> bool:
     return final >= chance - margin or (errors[0] >= chance / 2 and final >= errors[0])
 
 
+FINAL_EVALS = 3  # workload.final_evals' default
+
+
+def final_error(curves: list[dict[str, Any]], final_evals: int = FINAL_EVALS) -> float:
+    """The run's final test error: the mean of its last ``final_evals`` evaluations, never the
+    evaluation before training (epoch 0, no update) unless it is the only one; fewer when the
+    run has fewer. NaN without evaluations, and when one of those it averages is not finite."""
+    errors = [float(r["test_error"]) for r in curves]
+    if not errors:
+        return math.nan
+    first = curves[0]
+    untrained = first.get("epoch") == 0 or first.get("updates") == 0
+    window = (errors[1:] if untrained and len(errors) > 1 else errors)[-max(1, int(final_evals)):]
+    return math.fsum(window) / len(window)
+
+
 def summarize(curves: list[dict[str, Any]], target_error: float, diverged: bool,
-              diverged_at_update: int | None, chance: float | None = None, n_test: int = 0) -> dict[str, Any]:
-    """The summary keys of :class:`BackendResult` from the measured curves (``did_not_learn``
-    only when the chance error of the test set is given)."""
+              diverged_at_update: int | None, chance: float | None = None, n_test: int = 0,
+              final_evals: int = FINAL_EVALS) -> dict[str, Any]:
+    """The summary keys of :class:`BackendResult` from the measured curves: ``final_test_error``
+    by :func:`final_error` (the mean of the last ``final_evals`` evaluations, so that one lucky
+    evaluation is not the answer), ``best_test_error`` the lowest evaluation, ``time_to_target_s``
+    the first evaluation at or below ``target_error``; ``did_not_learn`` (judged on that final
+    error) only when the chance error of the test set is given."""
     errors = [r["test_error"] for r in curves]
     hit = next((r["sim_time_s"] for r in curves if r["test_error"] <= target_error), None)
+    final = final_error(curves, final_evals)
     out = {
-        "final_test_error": errors[-1] if errors else math.nan,
+        "final_test_error": final,
         "best_test_error": min(errors) if errors else math.nan,
         "time_to_target_s": hit,
         "diverged": bool(diverged),
         "diverged_at_update": diverged_at_update if diverged else None,
     }
     if chance is not None:
-        out["did_not_learn"] = bool(diverged) or did_not_learn(errors, chance, n_test)
+        out["did_not_learn"] = bool(diverged) or did_not_learn(errors[:-1] + [final] if errors else errors, chance,
+                                                             n_test)
     return out
 
 
@@ -131,5 +153,6 @@ class ReplayBackend:
                 rep.progress = lambda epoch: tell("replay", round(epoch, 2), epochs, "epochs")
             curves = rep.run()
         summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update,
-                            chance_error(data.test_y), len(data.test_y))
+                            chance_error(data.test_y), len(data.test_y),
+                            int(point["workload"].get("final_evals", FINAL_EVALS)))
         return BackendResult(curves=curves, summary=summary, trace=None)

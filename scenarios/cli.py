@@ -49,15 +49,23 @@ def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[s
     if backend == "live":  # the time the live run took, not the simulation's prediction
         table = [("measured_time_s", "measured") if k == "sim_time_s" else (k, h) for k, h in table]
     swept = [(k, k.split(".")[-1]) for k, _ in scenario.axes
-             if k not in ("protocol.name", "cluster.learners", "cluster.minibatch")]
-    print_table(records, table[:4] + swept + table[4:], lead=4 + len(swept))
+             if k not in ("protocol.name", "cluster.learners", "cluster.minibatch", "seed")]
+    replicated = scenario.base["replicates"] > 1 or any(k == "seed" for k, _ in scenario.axes)
+    if replicated:  # one line per configuration: the mean over its seeds and their range
+        print_table(_configuration_records(records), _configuration_columns(table, swept), lead=4 + len(swept))
+    else:
+        print_table(records, table[:4] + swept + table[4:], lead=4 + len(swept))
     if backend == "live" and any(p["live"]["compute"] == "emulated" for p in scenario.points()):
         print("final err: not measured where live.compute = \"emulated\" (learners sleep; no gradients)")
-    print(f"results: {out / 'summary.csv'}")
+    print(f"results: {out / 'summary.csv'}" + (f" (runs), {out / 'configurations.csv'} (mean and 95 % interval "
+                                              "over the seeds)" if replicated else ""))
     if backend and records:
         from ..analysis.findings import findings
 
-        for line in findings(r["row"] for r in records if r["row"].get("error") is None):
+        ok = [r for r in records if r["row"].get("error") is None]
+        swept_target = any(k == "workload.target_error" for k, _ in scenario.axes)
+        for line in findings((r["row"] for r in ok), (c for r in ok for c in r["curves"]), _test_size(scenario),
+                             None if swept_target else scenario.base["workload"]["target_error"]):
             print(f"* {line}")
     if getattr(args, "report", False) and records:
         from ..analysis.report import write_figures_and_report
@@ -66,6 +74,72 @@ def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[s
         if figures:
             print(f"figures: {len(figures)} files in {figures[0].parent}")
         print(f"report: {report}")
+
+
+def _configuration_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per configuration for :func:`print_table`: the mean over its seeds (failed
+    runs left out; a configuration whose every run failed shows FAILED), the final error's
+    range, how many seeds reached the target and how many did not learn."""
+    from ..analysis.findings import span
+    from ..analysis.metrics import configuration_row, replicate_groups, seeds_text
+    from ..analysis.table import is_number
+
+    out = []
+    for runs in replicate_groups(r["row"] for r in records).values():
+        done = [r for r in runs if r.get("error") is None]
+        head = dict(runs[0])
+        if not done:
+            out.append({"row": {**head, "run_id": head.get("config_id", head["run_id"])}})
+            continue
+        c = configuration_row(done)
+        finals = [r["final_test_error"] for r in done if is_number(r.get("final_test_error"))]
+        row = {**head, "run_id": head.get("config_id", head["run_id"]), "error": None,
+               "seeds": seeds_text(done, compact=True) or str(len(done)), "sim_time_s": c["sim_time_s_mean"],
+               "final_test_error": c["final_test_error_mean"], "best_test_error": c["best_test_error_mean"],
+               "final_range": span(finals, lambda v: f"{100 * v:.1f} %") if finals else None,
+               "time_to_target_s": c["time_to_target_s_mean"],
+               "reached": f"{c['time_to_target_reached']}/{len(done)}" if c["time_to_target_reached"] is not None
+               else None,
+               "did_not_learn": f"{c['did_not_learn']}/{len(done)}" if c["did_not_learn"] is not None else None,
+               "diverged": f"{c['diverged']}/{len(done)}" if c["diverged"] is not None else None}
+        for k in ("gradients_per_s", "staleness_mean", "staleness_max", "server_utilization", "link_in_utilization",
+                  "link_out_utilization"):
+            values = [r[k] for r in done if is_number(r.get(k))]
+            row[k] = sum(values) / len(values) if values else None
+        if len(done) < len(runs):
+            row["seeds"] += f" ({len(runs) - len(done)} failed)"
+        out.append({"row": row})
+    return out
+
+
+def _configuration_columns(table: list[tuple[str, str]], swept: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The run table's columns for configurations: the config id, its seeds, means."""
+    columns = [("run_id", "configuration")] + table[1:4] + swept + [("seeds", "seeds")]
+    for key, head in table[4:]:
+        if key == "final_test_error":
+            columns += [(key, "final err (mean)"), ("final_range", "range")]
+        elif key == "time_to_target_s":
+            columns += [(key, "to target (mean)"), ("reached", "reached")]
+        else:
+            columns.append((key, head))
+    return columns
+
+
+def _test_size(scenario: Any) -> int | None:
+    """The test samples behind each error of the sweep (one data set), when known: a difference of
+    a sample or two is noise."""
+    from ..simulator.catalog import dataset_info
+
+    sets = {(p["workload"]["dataset"], p["workload"]["teacher_samples"], p["workload"]["teacher_features"])
+            for p in scenario.points()}
+    if len(sets) != 1:
+        return None
+    name, samples, features = sets.pop()
+    try:
+        size = dataset_info(name, samples, features).test_size
+    except (KeyError, ValueError):
+        return None
+    return int(size) if size and size >= 1 else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

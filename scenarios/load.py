@@ -211,14 +211,36 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
     if size > MAX_POINTS:
         raise ScenarioError(f"{path}: the sweep has {size:,} points (more than {MAX_POINTS:,}); "
                             "split it into several scenarios")
+    if "replicates" in raw_axes:
+        where, values = raw_axes["replicates"]
+        raise ScenarioError(f"{where}: key 'replicates' = {_fmt(values)}: cannot be swept (it is how many seeds "
+                            "every configuration runs with); set one number")
     for key, (where, values) in raw_axes.items():
         axes[key] = _axis(where, key, values)
+    _check_seeds(path, base, dict(axes))
     if too_long:  # every key refuses ±_TOO_LONG; this is only the backstop
         raise ScenarioError(f"{path}: an integer of more than {sys.get_int_max_str_digits():,} digits")
     scenario = Scenario(path, base, list(axes.items()), frozenset(explicit))
     _resolve_profile(scenario, folder or Path.cwd())
     scenario.points()  # validate every point now, so errors come before any work
     return scenario
+
+
+def _check_seeds(path: str, base: dict[str, Any], axes: dict[str, list[Any]]) -> None:
+    """``replicates`` runs seeds ``seed … seed + replicates − 1`` of every configuration: the last
+    must be a seed (≤ the key's maximum), and a swept ``seed`` may not make two points one run."""
+    reps = base["replicates"]
+    seeds = axes.get("seed", [base["seed"]])
+    top = FIELD_BY_KEY["seed"].maximum
+    if max(seeds) + reps - 1 > top:
+        raise ScenarioError(f"{path}: key 'replicates' = {reps}: seed {max(seeds):,} + {reps - 1} is beyond the "
+                            f"largest seed ({int(top):,})")
+    if reps > 1 and len(seeds) > 1:
+        runs = sorted(s + r for s in seeds for r in range(reps))
+        twice = next((a for a, b in zip(runs, runs[1:]) if a == b), None)
+        if twice is not None:
+            raise ScenarioError(f"{path}: key 'replicates' = {reps} with seed swept over {_fmt(seeds)}: seed "
+                                f"{_fmt(twice)} would run twice; space the seeds at least {reps} apart")
 
 
 def _frozen(value: Any) -> Any:
@@ -330,8 +352,13 @@ def _tree_copy(value: Any) -> Any:
 
 
 def expand(scenario: Scenario) -> list[dict[str, Any]]:
-    """Cartesian product of the sweep axes over the base values."""
+    """Cartesian product of the sweep axes over the base values, each combination (a
+    configuration) ``replicates`` times with seeds ``seed, seed + 1, …`` (adjacent in the
+    list). A point is one run: it holds its own ``seed`` (so its hash and run id differ from
+    its replicates') and ``_replicate`` (0, 1, …); its ``replicates`` is the sweep's, left out
+    of its hash (:func:`point_hash`) and of the simulation."""
     keys = [k for k, _ in scenario.axes]
+    reps = int(scenario.base.get("replicates", 1))
     out = []
     for combo in itertools.product(*(v for _, v in scenario.axes)):
         point = _tree_copy(scenario.base)
@@ -340,18 +367,32 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
         label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
         _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit,
                      scenario.data_sizes)
-        point["_swept"] = {k: v for k, v in zip(keys, combo)}
-        point["_id"] = run_id(point)
-        out.append(point)
+        first = point["seed"]
+        for r in range(reps):
+            run = point if r == reps - 1 else _tree_copy(point)
+            run["seed"] = first + r
+            run["_replicate"] = r
+            run["_swept"] = {k: v for k, v in zip(keys, combo)}
+            run["_id"] = run_id(run)
+            out.append(run)
     return out
 
 
 def point_hash(point: dict[str, Any]) -> str:
     """Stable hash of a point's values and the trace schema version (a new trace schema makes
-    every stored result stale, so ``--resume`` recomputes it)."""
-    clean = {k: v for k, v in point.items() if not k.startswith("_")}
+    every stored result stale, so ``--resume`` recomputes it); ``replicates`` is not the run's
+    (a run of seed 3 is the same whether its sweep has 1 replicate or 5)."""
+    clean = {k: v for k, v in point.items() if not k.startswith("_") and k != "replicates"}
     blob = json.dumps({"v": SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def configuration_id(point: dict[str, Any]) -> str:
+    """The id of a point's configuration, shared by its replicates (the point without its seed):
+    protocol, learners, minibatch and a hash of the rest."""
+    rest = {k: v for k, v in point.items() if k != "seed"}
+    head = run_id(point).rsplit("-", 1)[0]
+    return f"{head}-{point_hash(rest)[:8]}"
 
 
 def simulation_key(point: dict[str, Any]) -> str:
@@ -387,4 +428,4 @@ def recorded_point(where: str, tree: Any) -> dict[str, Any]:
 
 
 __all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id",
-           "point_hash", "get_dotted", "recorded_point"]
+           "point_hash", "configuration_id", "get_dotted", "recorded_point"]

@@ -7,8 +7,9 @@ Rules kept here:
   ``result.json`` (the summary row and the curves);
   a point whose ``result.json`` exists with the same point hash is complete, so a sweep
   killed at any moment resumes (``resume=True``) without losing or duplicating a run;
-* ``summary.csv`` and ``curves.csv`` are rewritten atomically from the results after
-  every completed point, in sweep order;
+* ``summary.csv`` (one row per run: a configuration and a seed), ``configurations.csv`` (one
+  row per configuration: the mean and spread over its replicates) and ``curves.csv`` are
+  rewritten atomically from the results after every completed point, in sweep order;
 * a point that fails is recorded (``error`` column) and the others go on;
 * points run on a ``concurrent.futures`` executor (local processes, one torch thread
   each) or in-process when there is one job.
@@ -30,20 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..analysis.metrics import configurations
 from ..analysis.table import csv_safe
 from ..simulator.files import FileRefused, atomic_write, read_bounded
 from ..simulator.results_folder import ResultsFolder
 from ..simulator.protocols import spec_of
 from .executors import make_executor, stop_executor
-from .load import Scenario, point_hash, simulation_key
+from .load import Scenario, configuration_id, point_hash, simulation_key
 
 RESULT = "result.json"
 RESULT_MAX_BYTES = 256 << 20
-LEAD_COLUMNS = ["run_id", "protocol", "learners", "minibatch", "softsync_n"]
+LEAD_COLUMNS = ["run_id", "protocol", "learners", "minibatch", "softsync_n", "seed"]
 SIM_COLUMNS = ["gradients", "updates", "sim_time_s", "gradients_per_s", "staleness_mean", "staleness_p50",
                "staleness_p99", "staleness_max", "server_utilization", "server_wait_mean_s"]
 BACKEND_COLUMNS = ["final_test_error", "best_test_error", "time_to_target_s", "diverged", "did_not_learn"]
-COVERED = ["protocol.name", "cluster.learners", "cluster.minibatch", "protocol.n"]
+COVERED = ["protocol.name", "cluster.learners", "cluster.minibatch", "protocol.n", "seed"]
 TAIL = ["error", "wall_s"]
 TABLE_EVERY_S = 1.0
 TABLE_EVERY_POINT_UP_TO = 200
@@ -63,14 +65,16 @@ class Task:
 
 
 def lead_values(point: dict[str, Any]) -> dict[str, Any]:
-    """The identifying columns of a point's summary row."""
+    """The identifying columns of a point's summary row: its run, its configuration (the
+    point without its seed: ``config_id``, shared by its replicates) and its seed."""
     proto = point["protocol"]["name"]
     lam = point["cluster"]["learners"]
     row = {"run_id": point["_id"], "protocol": proto, "learners": lam,
            "minibatch": point["cluster"]["minibatch"],
-           "softsync_n": spec_of(point).softsync_of(lam, point["protocol"]["n"])}
+           "softsync_n": spec_of(point).softsync_of(lam, point["protocol"]["n"]), "seed": point["seed"]}
     for k, v in point.get("_swept", {}).items():
         row.setdefault(k, v)
+    row["config_id"] = configuration_id(point)
     return row
 
 
@@ -270,7 +274,10 @@ def _fmt_cell(v: Any) -> str:
 
 
 def write_tables(out_dir: Path, records: list[dict[str, Any]]) -> None:
-    """Write summary.csv and curves.csv atomically from result records (in order)."""
+    """Write summary.csv, configurations.csv and curves.csv atomically from result records (in
+    order); configurations.csv has one row per configuration (:func:`.analysis.metrics.configurations`:
+    its replicates' mean, min, max and 95 % interval), its columns those of :data:`CONFIG_TABLE`
+    that some row has."""
     rows = [r["row"] for r in records]
     seen: list[str] = []
     for r in rows:
@@ -279,9 +286,22 @@ def write_tables(out_dir: Path, records: list[dict[str, Any]]) -> None:
     fixed = LEAD_COLUMNS + swept + [k for k in SIM_COLUMNS + BACKEND_COLUMNS if k in seen]
     ordered = fixed + [k for k in seen if k not in fixed and k not in COVERED + TAIL] + TAIL
     atomic_write(out_dir / "summary.csv", _csv(ordered, rows))
+    configs = configurations(rows)
+    present = {k for c in configs for k, v in c.items() if v is not None}
+    cols = ["config_id", *LEAD_COLUMNS[1:5], *swept, *(k for k in CONFIG_TABLE if k in present or k == "replicates")]
+    atomic_write(out_dir / "configurations.csv", _csv(cols, configs))
     curves = [c for r in records for c in r["curves"]]
     ccols = list(CURVE_COLUMNS) + sorted({k for c in curves for k in c} - set(CURVE_COLUMNS))
     atomic_write(out_dir / "curves.csv", _csv(ccols, curves))
+
+
+CONFIG_TABLE = ["replicates", "seeds", "failed",
+                *(f"{c}_{p}" for c in ("final_test_error", "best_test_error") for p in ("mean", "min", "max",
+                                                                                    "ci_low", "ci_high")),
+                "time_to_target_reached",
+                *(f"{c}_{p}" for c in ("time_to_target_s", "sim_time_s") for p in ("mean", "min", "max", "ci_low",
+                                                                                 "ci_high")),
+                "staleness_mean", "diverged", "did_not_learn"]
 
 
 def _csv(cols: list[str], rows: Iterable[dict[str, Any]]) -> bytes:
@@ -428,7 +448,7 @@ def run_files(point_id: str, backend: str | None, traces: bool) -> list[str]:
     return files
 
 
-TABLES = ["scenario.json", "summary.csv", "curves.csv"]
+TABLES = ["scenario.json", "summary.csv", "configurations.csv", "curves.csv"]
 DERIVED = ("figures/", "report.html")  # drawn from the tables: stale once the runs change
 
 

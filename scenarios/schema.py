@@ -110,6 +110,8 @@ FIELDS: tuple[Field, ...] = (
     _s("description", "", "Free text shown by `ddlsim scenarios`."),
     _i("seed", 0, "Seed for every random draw (compute, stragglers, data order, init).", minimum=0,
        maximum=2**63 - 1),
+    _i("replicates", 1, "Runs of every configuration, with seeds seed, seed + 1, …: compute draws, data order and "
+       "initial weights all change (configurations.csv gives their mean and spread).", minimum=1, maximum=100),
     _s("backend", "replay", "Backend that executes the trace: replay | live | an entry point's name."),
     # workload
     _s("workload.dataset", "digits", "Training data set.", choices=DATASETS),
@@ -125,6 +127,8 @@ FIELDS: tuple[Field, ...] = (
     _f("workload.target_error", 0.10, "Test error that defines time-to-target.", "fraction",
        minimum=0, maximum=1),
     _i("workload.evals_per_epoch", 1, "Evaluations of the test error per epoch.", minimum=1, maximum=1000),
+    _i("workload.final_evals", 3, "final_test_error is the mean of this many last evaluations (the one before "
+       "training excluded; fewer when the run has fewer).", minimum=1, maximum=10**6),
     _i("workload.teacher_samples", 4096, "Training size of the synthetic `teacher` data set.",
        "samples", minimum=16, maximum=10**8),
     _i("workload.teacher_features", 32, "Input features of the synthetic `teacher` data set.", minimum=1,

@@ -33,7 +33,7 @@ def _simulated_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("shared") / "r"
     assert main(["simulate", "demo", "--out", str(out), "--quiet", "--set", "workload.epochs=0.2",
-                 "--set", "cluster.learners=[1,4]", "--set", "cluster.minibatch=[8,32]"]) == 0
+                 "--set", "cluster.learners=[1,4]", "--set", "cluster.minibatch=[8,32]", "--set", "replicates=1"]) == 0
     return out
 
 

@@ -209,7 +209,8 @@ def test_infinite_bandwidth_runs_end_to_end_through_the_cli(tmp_path: Path) -> N
         proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
                                "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
                                "--set", 'protocol.name="async"', "--set", 'optimizer.lr_policy="constant"',
-                               "--set", "cluster.learners=30", "--set", "cluster.minibatch=8", "--no-report"] if cmd == "run" else
+                               "--set", "cluster.learners=30", "--set", "cluster.minibatch=8", "--set", "replicates=1",
+                               "--no-report"] if cmd == "run" else
                               [sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
                                "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
                                "--set", "cluster.learners=[1,30]"],

@@ -55,7 +55,7 @@ def test_show_prints_a_bundled_scenario_to_start_from(tmp_path: Path):
     out = tmp_path / "o"
     assert cli("simulate", str(tmp_path / "my.toml"), "--out", str(out), "--quiet",
                "--set", "workload.epochs=0.2").returncode == 0
-    assert len(rows(out / "summary.csv")) == 72
+    assert len(rows(out / "summary.csv")) == 72 * 3  # 72 configurations, 3 replicates (seeds) each
     one_line_error(cli("scenarios", "--show", "nope"), "--show nope: no bundled scenario of that name")
     assert "scenarios --show demo > my.toml" in cli("scenarios").stdout
 
@@ -83,7 +83,7 @@ def test_bundled_name_wins_over_a_results_folder_of_that_name(tmp_path: Path):
     proc = cli("simulate", "demo", "--out", str(tmp_path / "o"), "--quiet", "--set", "workload.epochs=0.1",
                "--set", "cluster.learners=4", "--set", "cluster.minibatch=8", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert len(rows(tmp_path / "o" / "summary.csv")) == 6
+    assert len(rows(tmp_path / "o" / "summary.csv")) == 6 * 3  # the demo runs 3 seeds of each configuration
 
 
 def test_a_second_sweep_into_a_folder_is_refused_then_with_force_leaves_only_its_own_run_folders(tmp_path: Path):

@@ -131,7 +131,8 @@ def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypat
                                                                      real_sim(p, engine, keep_trace))[1])
     monkeypatch.setattr(ReplayBackend, "run", lambda self, t, p, o=None: (replays.append(p["_id"]),
                                                                            real_run(self, t, p, o))[1])
-    scenario = load(resolve_scenario("demo"), ["workload.epochs=1", "cluster.learners=30", "cluster.minibatch=8"])
+    scenario = load(resolve_scenario("demo"), ["workload.epochs=1", "cluster.learners=30", "cluster.minibatch=8",
+                                               "replicates=1"])
     records = runner.run_sweep(scenario, tmp_path, backend="replay", options={"device": "cpu"}, jobs=1,
                                progress=False, traces=True)
     assert len(records) == 6 and len(sims) == 3 and len(replays) == 5

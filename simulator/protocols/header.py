@@ -18,8 +18,8 @@ def clean_point(point: dict[str, Any]) -> dict[str, Any]:
 
 
 # keys the simulation does not depend on: points differing only in these share one simulation
-NOT_SIMULATED = ("name", "description", "backend", "optimizer", "live")
-NOT_SIMULATED_WORKLOAD = ("target_error",)
+NOT_SIMULATED = ("name", "description", "backend", "optimizer", "live", "replicates")
+NOT_SIMULATED_WORKLOAD = ("target_error", "final_evals")
 
 
 def simulation_point(point: dict[str, Any]) -> dict[str, Any]:
