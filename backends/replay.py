@@ -21,6 +21,7 @@ from .device import resolve_device, torch_threads
 from .optim import Optimizer, mean_staleness
 from .replay_generic import Replayer
 from .replay_plan import BATCH_CAP, capped, check_header
+from .replay_prefix import prefix, until_of
 from .replay_stacked import StackedReplayer, gradient_rounds
 from .workloads import Data, build_model, load_data
 
@@ -148,6 +149,9 @@ class ReplayBackend:
             sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
             opt = Optimizer(point["optimizer"], float(sigma))
             rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
+            if until_of(point) is not None:  # a rung of successive halving: the whole trace's path on its prefix
+                rep = make_replayer(prefix(trace, until_of(point)), model, data, opt, batched=options.batched,
+                                    stacked="on" if isinstance(rep, StackedReplayer) else "off")
             if options.progress is not None:  # after each evaluation: the epoch reached
                 tell, epochs = options.progress, float(point["workload"]["epochs"])
                 rep.progress = lambda epoch: tell("replay", round(epoch, 2), epochs, "epochs")

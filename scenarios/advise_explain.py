@@ -41,13 +41,20 @@ def pace_cause(slow: Candidate, fast: Candidate) -> str:
     return "the simulation predicts it slower"
 
 
+def stale_constant(worse: Candidate, better: Candidate) -> bool:
+    """``worse``'s gradients are staler (⟨σ⟩ higher by more than 0.5, above 1) and its rate is
+    constant, where ``better`` divides its rate by the staleness or has fresher gradients."""
+    return (worse.sigma > better.sigma + 0.5 and worse.sigma > 1 and worse.effective_policy() == "constant")
+
+
 def learning_cause(worse: Candidate, better: Candidate) -> str:
-    """Why ``worse`` learns less from the same data than ``better``."""
+    """Why ``worse`` learns less from the same data than ``better`` (the replay measured that it
+    does; these are the differences the simulation shows)."""
     if worse.diverged and not better.diverged:
         return "it diverged"
-    if worse.risky and not better.risky:
-        return (f"its gradients are on average ⟨σ⟩ = {worse.sigma:.3g} updates stale and its constant "
-                "learning rate does not compensate (Rudra: with α0 such runs do not converge, with α0/σ they do)")
+    if stale_constant(worse, better):
+        return (f"its gradients are on average ⟨σ⟩ = {worse.sigma:.3g} updates stale (against "
+                f"{better.sigma:.3g}) and its learning rate is constant, not divided by the staleness")
     if worse.samples_per_update > 1.5 * better.samples_per_update:
         return (f"each of its updates averages {worse.samples_per_update:.0f} samples against "
                 f"{better.samples_per_update:.0f}, so it makes {worse.updates_per_epoch:.3g} updates per "
@@ -74,7 +81,7 @@ def explain(a: Candidate, b: Candidate | None, budget_s: float | None,
             text = (f"the runner-up is {times(r)} slower per epoch ({secs(b.sec_per_epoch)} against "
                     f"{secs(a.sec_per_epoch)}): {pace_cause(b, a)}; by {secs(budget_s)} it has seen "
                     f"{eb:.3g} epochs against {ea:.3g}")
-            if b.risky and not a.risky:
+            if stale_constant(b, a):
                 text += f"; also, {learning_cause(b, a)}"
             return text + "."
         if r <= 1 / SAME:

@@ -20,25 +20,35 @@ def _goal_words(adv: Advice) -> str:
 TOP = 10  # rows of the table `ddlsim advise` prints unless --top says otherwise
 
 
+def _rung(adv: Advice, c: Any) -> str:
+    """The rung a configuration was last replayed to, as ``k/K``."""
+    return f"{c.rung + 1}/{len(adv.fractions)}" if c.rung is not None and adv.fractions else ""
+
+
 def _table(adv: Advice, top: int | None = None) -> list[str]:
-    """The table of every point, most promising first; with ``top``, only its first ``top``
-    rows and a line saying how many are hidden and where the whole table is."""
+    """The table of every configuration: those replayed to their horizon first, best measured
+    first, then those stopped at a rung (the furthest first, by their rank there), pruned and
+    failed ones last; with ``top``, only its first ``top`` rows and a line saying how many are
+    hidden and where the whole table is."""
     budget = adv.mode == "budget"
     T = adv.budget_s
     head = ["#", "configuration", f"epochs by {secs(T)}" if budget else "s/epoch", "σ mean",
-            f"error at {secs(T)}" if budget else "time to target", "at epoch", "status"]
-    def place(c: Any) -> tuple[int, int, int]:
-        return (0 if c.status == "replayed" else 1,
-                adv.ranking.index(c) if c in adv.ranking else (c.rank or 10**9), c.index)
+            f"error at {secs(T)}" if budget else "time to target", "at epoch", "rung", "status"]
 
-    # replayed points first, in measured order, then the rest by predicted rank; a point
-    # equivalent to another comes right after it (its twin's result is its own)
+    def place(c: Any) -> tuple[int, int, int, int]:
+        if c in adv.ranking:
+            return (0, adv.ranking.index(c), 0, c.index)
+        if c.status in ("pruned", "failed"):
+            return (2 if c.status == "pruned" else 3, 0, 0, c.index)
+        return (1, -(c.rung if c.rung is not None else -1), c.rank or 10**9, c.index)
+
+    # a configuration equivalent to another comes right after it (its twin's result is its own)
     order = sorted(adv.candidates, key=lambda c: (*place(c.twin), 1, c.index)
                    if c.status == "equivalent" and c.twin is not None else (*place(c), 0, 0))
     rows = []
     for c in order:
         if c.status == "failed" and not c.evals:
-            rows.append(["", c.label, "", "", "", "", "failed"])
+            rows.append(["", c.label, "", "", "", "", "", "failed"])
             continue
         pred = f"{c.epochs_by(T):.3g}" if budget else f"{c.sec_per_epoch:.3g}"
         if c.status in ("replayed", "equivalent") and c.error is not None:
@@ -47,11 +57,15 @@ def _table(adv: Advice, top: int | None = None) -> list[str]:
             ep = f"{c.at_epoch:.3g}" if c.at_epoch is not None else ""
         else:
             got, ep = "", ""
-        place = str(adv.ranking.index(c) + 1) if c in adv.ranking else ""
-        status = c.status if c.status != "equivalent" else f"= {c.twin.label if c.twin else '?'}"
-        if c.risky and c.status != "equivalent":
-            status += " (at risk: constant lr, ⟨σ⟩ > 2)"
-        rows.append([place, c.label, pred, f"{c.sigma:.3g}", got, ep, status])
+        place_no = str(adv.ranking.index(c) + 1) if c in adv.ranking else ""
+        if c.status == "equivalent":
+            status = f"= {c.twin.label if c.twin else '?'}"
+        elif c.status == "stopped" and c.rung_scores:
+            status = f"stopped ({pct(c.rung_scores[-1])} at its rung)"
+        else:
+            status = c.status
+        rows.append([place_no, c.label, pred, f"{c.sigma:.3g}", got, ep,
+                     _rung(adv, c.twin if c.status == "equivalent" and c.twin else c), status])
     hidden = len(rows) - top if top is not None and len(rows) > top else 0
     rows = rows[:len(rows) - hidden]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -61,6 +75,18 @@ def _table(adv: Advice, top: int | None = None) -> list[str]:
         out.append(f"… {hidden} more row{'s' * (hidden != 1)} not shown (--top {top}; --top 0 prints every row); "
                    f"all {len(rows) + hidden} are in {adv.out_dir / 'advice.csv'} and {adv.out_dir / 'advice.txt'}")
     return out
+
+
+def _halving_words(adv: Advice) -> str:
+    """What successive halving did: its rungs, how many configurations each held, its cost."""
+    rungs = ", ".join(f"{100 * f:.3g} %" for f in adv.fractions)
+    sizes = ", ".join(str(n) for n in adv.rung_sizes) or "none"
+    share = (f" ({100 * adv.epochs_replayed / adv.epochs_exhaustive:.0f} % of replaying every distinct point to its "
+             "horizon)" if adv.epochs_exhaustive > 0 else "")
+    return (f"successive halving (η = {adv.reduction_factor:g}; rungs at {rungs} of each point's horizon) replayed "
+            f"{sizes} configuration{'s' * (sizes != '1')} at its rungs, {adv.replays} replay"
+            f"{'s' * (adv.replays != 1)} of {adv.epochs_replayed:.4g} epochs in all{share}, into "
+            f"{adv.out_dir / 'replay'}")
 
 
 def render(adv: Advice, top: int | None = None) -> str:
@@ -77,12 +103,13 @@ def render(adv: Advice, top: int | None = None) -> str:
     rule = ("no evaluation of a trained model within the budget" if adv.mode == "budget" else
             "first evaluation no earlier than a time to target already measured")
     parts.append(f"pruned {len(adv.pruned())} by simulated time alone ({rule})")
-    replayed = len(adv.ranking) + sum(c.status == "failed" and c.replay_error is not None
-                                      for c in adv.candidates)
-    parts.append(f"replayed {replayed} (--replay {adv.replay}) into {adv.out_dir / 'replay'}")
-    if adv.count("not replayed"):
-        parts.append(f"{adv.count('not replayed')} not replayed (ranked below the top {adv.replay} by the "
-                     "prediction)")
+    if adv.fractions:
+        parts.append(_halving_words(adv))
+    else:
+        parts.append(f"replayed {len(adv.ranking)} into {adv.out_dir / 'replay'}")
+    stopped = sum(c.status in ("stopped", "not replayed") for c in adv.candidates)
+    if stopped:
+        parts.append(f"{stopped} stopped at a rung (not among the best 1/η there)")
     lines.append("; ".join(parts) + ".")
     lines.append("")
     lines += _table(adv, top)
@@ -104,7 +131,8 @@ def render(adv: Advice, top: int | None = None) -> str:
             best = min(adv.ranking, key=lambda c: c.error, default=None)
             lines.append(f"No recommendation: no replayed configuration reaches {pct(adv.target_error)}"
                          + (f"; the closest is {best.label} with {pct(best.error)}." if best else ".")
-                         + " Try more epochs, a looser target or a larger --replay.")
+                         + " Try more epochs, a looser target, or --min-fraction 1 (every configuration "
+                         "replayed whole).")
         return "\n".join(lines)
     twins = [c.label for c in adv.candidates if c.status == "equivalent" and c.twin is a]
     also = f" (the same run as {', '.join(twins)})" if twins else ""
@@ -128,7 +156,7 @@ def render(adv: Advice, top: int | None = None) -> str:
                 f"{c.label} (best {pct(c.error)}{', diverged' if c.diverged else ''})" for c in never) + ".")
     pr = adv.pruned()
     if pr:
-        lines.append("Pruned without replay: " + "; ".join(f"{c.label}: {c.note}" for c in pr[:4])
+        lines.append("Pruned by simulated time alone: " + "; ".join(f"{c.label}: {c.note}" for c in pr[:4])
                      + (f"; and {len(pr) - 4} more" if len(pr) > 4 else "") + ".")
     lines.append(f"Curves and summary of the replayed runs: {adv.out_dir / 'replay'} "
                  f"(`ddlsim report {adv.out_dir / 'replay'}`).")
@@ -136,19 +164,24 @@ def render(adv: Advice, top: int | None = None) -> str:
 
 
 def advice_csv(adv: Advice) -> bytes:
-    cols = ["run_id", "label", "status", "predicted_rank", "measured_rank", "sim_time_s", "sec_per_epoch",
-            "epochs_by_budget", "first_eval_s", "staleness_mean", "lr_policy", "at_risk",
-            "error", "at_s", "at_epoch", "diverged", "note"]
+    """One row per configuration: its status, the rung it reached (its rank, epoch and mean
+    error there), its measured rank, the simulation's numbers and the goal's measurement."""
+    cols = ["run_id", "label", "status", "replicates", "rung", "rung_rank", "rung_epoch", "rung_error",
+            "measured_rank", "sim_time_s", "sec_per_epoch", "epochs_by_budget", "first_eval_s", "staleness_mean",
+            "lr_policy", "error", "at_s", "at_epoch", "diverged", "note"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for c in adv.candidates:
         ok = bool(c.evals)
-        w.writerow([c.run_id, c.label, c.status, c.rank or "",
+        cut = [r.evals[r.cut][1] for r in c.reps if r.cut is not None]
+        w.writerow([c.run_id, c.label, c.status, len(c.reps), "" if c.rung is None else c.rung + 1, c.rank or "",
+                    repr(math.fsum(cut) / len(cut)) if cut else "",
+                    repr(c.rung_scores[-1]) if c.rung_scores else "",
                     adv.ranking.index(c) + 1 if c in adv.ranking else "",
                     repr(c.sim_time) if ok else "", repr(c.sec_per_epoch) if ok else "",
                     repr(c.epochs_by(adv.budget_s)) if ok and adv.budget_s is not None else "",
-                    repr(c.first_eval_s()) if ok else "", repr(c.sigma), c.policy, c.risky,
+                    repr(c.first_eval_s()) if ok else "", repr(c.sigma), c.policy,
                     "" if c.error is None else repr(c.error), "" if c.at_s is None else repr(c.at_s),
                     "" if c.at_epoch is None else repr(c.at_epoch), c.diverged, c.note])
     return buf.getvalue().encode()

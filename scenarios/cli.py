@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from ..backends.device import resolve_device
 from . import commands
-from .advise_cli import register as register_advise
+from .advise_cli import add_halving_options, check_prune, register as register_advise
 from .cli_common import (CATALOGUE, RUN_TABLE, SIM_TABLE, UsageError, add_data_options, add_scenario_options,
                          check_cost, check_data_sets, escape, load_scenario, out_dir, print_table)
 from .schema import ScenarioError
@@ -33,10 +33,18 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
                    "batched": not args.no_batch, "stacked": args.stacked}
     with ResultsFolder.open(out, force=args.force):
-        records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
-                            resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
-                            keep_failed=args.keep_failed, executor=getattr(args, "executor", "local"),
-                            scheduler=getattr(args, "scheduler", None))
+        if getattr(args, "prune", False):  # successive halving of the sweep's replays (docs/advise.md)
+            from .advise import prune_sweep, pruned_words
+
+            records = prune_sweep(scenario, out, min_fraction=args.min_fraction, reduction_factor=args.reduction_factor,
+                                  options=options, jobs=args.jobs, resume=args.resume, progress=not args.quiet,
+                                  engine=args.engine, executor=args.executor, scheduler=args.scheduler)
+            print(pruned_words(records))
+        else:
+            records = run_sweep(scenario, out, backend=backend, options=options, jobs=args.jobs,
+                                resume=args.resume, progress=not args.quiet, engine=args.engine, traces=args.traces,
+                                keep_failed=args.keep_failed, executor=getattr(args, "executor", "local"),
+                                scheduler=getattr(args, "scheduler", None))
         _print_results(args, scenario, records, backend, out)
     failed = sum(r["row"].get("error") is not None for r in records)
     return 1 if failed else 0
@@ -62,7 +70,7 @@ def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[s
     if backend and records:
         from ..analysis.findings import findings
 
-        ok = [r for r in records if r["row"].get("error") is None]
+        ok = [r for r in records if r["row"].get("error") is None and r["row"].get("pruned_at_epoch") is None]
         swept_target = any(k == "workload.target_error" for k, _ in scenario.axes)
         for line in findings((r["row"] for r in ok), (c for r in ok for c in r["curves"]), _test_size(scenario),
                              None if swept_target else scenario.base["workload"]["target_error"]):
@@ -145,8 +153,12 @@ def _test_size(scenario: Any) -> int | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..backends.registry import available_backends, get_backend
 
+    check_prune(args)  # bad rungs, before any work
     scenario = load_scenario(args)
     name = args.backend or scenario.base["backend"]
+    if args.prune and name != "replay":
+        raise UsageError(f"--prune cuts replays at the rungs of successive halving: it needs the replay backend, "
+                         f"not {name!r}")
     if name not in available_backends():  # unknown names fail before any work (without importing one)
         get_backend(name)
     check_data_sets(scenario, name, args.data_dir, args.download)  # and unreadable data (torch-free), too
@@ -229,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay multi-node traces with the stacked path: auto (default), on, off")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="skip the figures and the HTML report written at the end")
+    p.add_argument("--prune", action="store_true", help="replay by successive halving: every configuration to a "
+                   "first rung, the best 1/ETA of each rung on to the next, the last whole (docs/advise.md)")
+    add_halving_options(p, None, None)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("scenarios", help="list the bundled scenarios, or print one to start from")
     p.add_argument("--show", metavar="NAME", help="print bundled scenario NAME (e.g. > my.toml to edit a copy)")

@@ -159,7 +159,8 @@ def replay_key(point: dict[str, Any], staleness: Any) -> str:
     if (opt["lr_policy"] == "per_gradient" and smax <= 1) or (opt["lr_policy"] == "mean_staleness" and mean < 1):
         opt["lr_policy"] = "constant"
     rest = {k: v for k, v in point.items() if not k.startswith("_") and k != "optimizer"}
-    return json.dumps({"opt": opt, "rest": rest}, sort_keys=True, default=str)
+    cut = point.get("_until_epoch")  # a replay cut at an epoch (a rung of successive halving) is another replay
+    return json.dumps({"opt": opt, "rest": rest, "cut": cut}, sort_keys=True, default=str)
 
 
 def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: list[list[dict[str, Any]]],

@@ -1,5 +1,6 @@
-"""`ddlsim advise`: the goal checks, answers known by construction, pruning that never drops
-the true best (checked against a full replay of every point), and the printed advice."""
+"""`ddlsim advise`: the goal checks, answers known by construction, timing pruning and
+successive halving that never drop the true best on this grid (checked against a full replay
+of every point), and the printed advice."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddlsim.scenarios import advise as A
+from ddlsim.scenarios.advise_explain import stale_constant
 from ddlsim.scenarios.advise_render import render
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
@@ -71,15 +73,17 @@ def time_to(record: dict, e: float) -> float | None:
     return next((c["sim_time_s"] for c in curves if c["test_error"] <= e), None)
 
 
-def run_advise(out: Path, **goal: float) -> A.Advice:
-    # resume: the full replay already holds every point, so nothing is recomputed
-    return A.advise(load_text(SWEEP), out, replay=12, jobs=1, resume=True, options=CPU, **goal)
+def run_advise(out: Path, min_fraction: float = A.MIN_FRACTION, **goal: float) -> A.Advice:
+    # resume: the full replay already holds every point, and a rung's replay is its prefix
+    # (tests/test_advise_halving.py), so nothing is recomputed
+    return A.advise(load_text(SWEEP), out, jobs=1, resume=True, options=CPU, min_fraction=min_fraction, **goal)
 
 
+@pytest.mark.parametrize("min_fraction", [A.MIN_FRACTION, 1.0])  # halving, and every point replayed whole
 @pytest.mark.parametrize("budget", BUDGETS)
-def test_budget_pruning_never_drops_the_true_best(full, budget: float) -> None:
+def test_budget_pruning_never_drops_the_true_best(full, budget: float, min_fraction: float) -> None:
     out, truth = full
-    adv = run_advise(out, budget_s=budget)
+    adv = run_advise(out, min_fraction, budget_s=budget)
     best = min(error_at(r, budget) for r in truth.values())
     assert adv.recommendation is not None
     assert adv.recommendation.error == pytest.approx(best)
@@ -89,10 +93,11 @@ def test_budget_pruning_never_drops_the_true_best(full, budget: float) -> None:
         assert truth[c.run_id]["curves"][0]["sim_time_s"] == 0.0  # pruned = only the untrained eval fits
 
 
+@pytest.mark.parametrize("min_fraction", [A.MIN_FRACTION, 1.0])
 @pytest.mark.parametrize("target", TARGETS)
-def test_target_pruning_never_drops_the_true_best(full, target: float) -> None:
+def test_target_pruning_never_drops_the_true_best(full, target: float, min_fraction: float) -> None:
     out, truth = full
-    adv = run_advise(out, target_error=target)
+    adv = run_advise(out, min_fraction, target_error=target)
     times = [t for r in truth.values() if (t := time_to(r, target)) is not None]
     if not times:
         assert adv.recommendation is None
@@ -141,8 +146,8 @@ def test_tiny_budget_recommends_the_truly_best_of_the_few_that_fit(full) -> None
     assert ru.error == pytest.approx(rest[0])
     text = render(adv)
     assert f"Recommended: {rec.label}" in text and f"Runner-up:   {ru.label}" in text
-    if ru.risky and not rec.risky:  # the explanation names the cause the simulation shows
-        assert "stale" in text and "constant learning rate" in text
+    if stale_constant(ru, rec):  # the explanation names the cause the simulation shows
+        assert "stale" in text and "learning rate is constant" in text
 
 
 def test_target_recommends_what_reaches_it_first(full, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

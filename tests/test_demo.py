@@ -60,18 +60,21 @@ def test_readme_demo_runs_end_to_end(demo) -> None:
     assert len(read_csv(out / "curves.csv")) >= 72 * 20
 
 
-def test_advise_with_four_replays_is_within_two_test_samples_of_the_best(demo, tmp_path: Path) -> None:
-    # truth: the demo's full replay — the lowest test error at the last evaluation by 1 s over
-    # all 72 points; advise replays only the 4 it ranks first (docs/advise.md)
+def test_advise_by_successive_halving_is_within_two_test_samples_of_the_best(demo, tmp_path: Path) -> None:
+    # truth: the demo's full replay — the lowest mean over a configuration's seeds of the test
+    # error at the last evaluation by 1 s; advise replays rungs of it (docs/advise.md)
     out, _ = demo
+    config = {r["run_id"]: r.get("config_id") or r["run_id"] for r in read_csv(out / "summary.csv")}
     curves: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in read_csv(out / "curves.csv"):
         curves[r["run_id"]].append((float(r["sim_time_s"]), float(r["test_error"])))
-    at = [sorted(c)[-1] for c in ([p for p in pts if 0 < p[0] <= 1.0 + 1e-9] for pts in curves.values()) if c]
-    best = min(e for _, e in at)
+    runs: dict[str, list[float]] = defaultdict(list)
+    for rid, pts in curves.items():
+        runs[config[rid]].append([p for p in sorted(pts) if p[0] <= 1.0 + 1e-9][-1][1])
+    best = min(sum(v) / len(v) for v in runs.values())
     proc = subprocess.run(CLI + ["advise", "demo", "--budget-s", "1.0", "--out", str(tmp_path / "a"), "--quiet",
                                  "--device", "cpu"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(s for s in proc.stdout.splitlines() if s.startswith("Recommended:"))
     got = float(re.search(r"([0-9.]+) % test error", line).group(1)) / 100
-    assert best <= got + 1e-9 and got - best <= 2 / 360 + 1e-9, (line, best)
+    assert best <= got + 0.0005 + 1e-9 and got - best <= 2 / 360 + 1e-9, (line, best)  # printed to 0.1 %
