@@ -346,8 +346,9 @@ def staleness_histograms(stale: Table, *, max_panels: int = 12) -> Figure:
         rid = str(head.get("run_id"))
         _staleness_panel(ax, runs[rid], head)
         ax.set_title(names[rid] + (f" ({pooled[rid]} seeds pooled)" if pooled.get(rid, 1) > 1 else ""), fontsize=9)
-    more = f" ({len(shown)} of {len(heads)} runs with stale gradients)" if len(heads) > len(shown) else ""
-    fig.suptitle(title + more + _fresh_note(fresh))
+    unit = "configurations" if any(n > 1 for n in pooled.values()) else "runs"
+    more = f" ({len(shown)} of {len(heads)} {unit} with stale gradients)" if len(heads) > len(shown) else ""
+    fig.suptitle(title + more + _fresh_note(fresh, unit))
     return fig
 
 
@@ -375,7 +376,7 @@ def _simulation(head: Row) -> tuple[str, ...]:
     return tuple(str(head.get(c)) for c in CONFIG_ORDER)
 
 
-def _fresh_note(fresh: list[Row]) -> str:
+def _fresh_note(fresh: list[Row], unit: str = "runs") -> str:
     """The title's second line naming the runs left out for σ ≡ 0, by protocol."""
     if not fresh:
         return ""
@@ -386,7 +387,7 @@ def _fresh_note(fresh: list[Row]) -> str:
     which = "; ".join(name + (f" λ = {min(v):g}" if len(v) == 1 else
                               f" λ ∈ {{{', '.join(f'{x:g}' for x in sorted(v))}}}" if v else "")
                       for name, v in lams.items())
-    runs = f"{len(fresh)} run{'s' * (len(fresh) != 1)}"
+    runs = f"{len(fresh)} {unit if len(fresh) != 1 else unit.rstrip('s')}"
     return "\n" + wrap(f"not shown: {runs} with σ = 0 for every gradient ({which})", 110)
 
 

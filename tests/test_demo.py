@@ -39,17 +39,20 @@ def test_readme_demo_runs_end_to_end(demo) -> None:
     out, proc = demo
     assert f"report: {out / 'report.html'}" in proc.stdout
     assert f"figures: 16 files in {out / 'figures'}" in proc.stdout
-    rows = {(r["protocol"], r["optimizer.lr_policy"], int(r["learners"]), int(r["minibatch"])): r
-            for r in read_csv(out / "summary.csv")}
-    assert len(rows) == 2 * 3 * 4 * 3 and all(r["error"] == "" for r in rows.values())
-    err = {k: float(r["final_test_error"]) for k, r in rows.items()}
-    for lam in (1, 4, 16, 30):
-        for mu in (8, 32, 128):
-            assert err[("hardsync", "constant", lam, mu)] == err[("hardsync", "per_gradient", lam, mu)]
-    assert err[("async", "constant", 30, 8)] > 0.7 and err[("async", "per_gradient", 30, 8)] < 0.1
-    assert rows[("async", "constant", 30, 8)]["did_not_learn"] == "True"
-    assert rows[("async", "per_gradient", 30, 8)]["did_not_learn"] == "False"
-    assert err[("hardsync", "constant", 30, 128)] > err[("hardsync", "constant", 1, 8)] + 0.1
+    every = {(r["protocol"], r["optimizer.lr_policy"], int(r["learners"]), int(r["minibatch"]), int(r["seed"])): r
+             for r in read_csv(out / "summary.csv")}
+    assert len(every) == 2 * 3 * 4 * 3 * 3 and all(r["error"] == "" for r in every.values())  # 3 seeds each
+    for seed in (0, 1, 2):
+        rows = {k[:4]: r for k, r in every.items() if k[4] == seed}
+        err = {k: float(r["final_test_error"]) for k, r in rows.items()}
+        for lam in (1, 4, 16, 30):
+            for mu in (8, 32, 128):
+                assert err[("hardsync", "constant", lam, mu)] == err[("hardsync", "per_gradient", lam, mu)]
+        assert err[("async", "constant", 30, 8)] > 0.7 and err[("async", "per_gradient", 30, 8)] < 0.1
+        assert rows[("async", "constant", 30, 8)]["did_not_learn"] == "True"
+        assert rows[("async", "per_gradient", 30, 8)]["did_not_learn"] == "False"
+        assert err[("hardsync", "constant", 30, 128)] > err[("hardsync", "constant", 1, 8)] + 0.1
+    assert len(read_csv(out / "configurations.csv")) == 72
     assert "does not learn at λ = 30, μ = 8" in proc.stdout and "Error tracks the total minibatch μλ" in proc.stdout
     page = (out / "report.html").read_text()
     assert "async with a constant learning rate does not learn at λ = 30, μ = 8" in page
@@ -57,7 +60,26 @@ def test_readme_demo_runs_end_to_end(demo) -> None:
     assert len(figs) == 16 and {p.rsplit(".", 1)[1] for p in figs} == {"png", "svg"}
     for f in [out / "summary.csv", out / "curves.csv", out / "report.html", out / "figures" / figs[0]]:
         assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
-    assert len(read_csv(out / "curves.csv")) >= 72 * 20
+    assert len(read_csv(out / "curves.csv")) >= 72 * 3 * 20
+
+
+def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
+    # truth: this run of the demo. docs/demo.md's generated part and the README's quoted findings
+    # are what `python -m ddlsim.scenarios.demodoc` writes from it (rerun it when they differ)
+    from ddlsim.analysis.results import load_results
+    from ddlsim.scenarios import demodoc
+
+    out, proc = demo
+    results = load_results(out)
+    note = (demodoc.DOCS / "demo.md").read_text(encoding="utf-8")
+    stale = "stale: regenerate with python -m ddlsim.scenarios.demodoc"
+    assert demodoc.current_part(note, demodoc.BEGIN, demodoc.END) == demodoc.generated(results).rstrip("\n"), stale
+    readme = demodoc.README.read_text(encoding="utf-8")
+    assert demodoc.current_part(readme, demodoc.README_BEGIN, demodoc.README_END) == demodoc.readme_quote(results), \
+        stale
+    printed = [line[2:] for line in proc.stdout.splitlines() if line.startswith("* ")]
+    assert printed and printed == demodoc.demo_findings(results)  # what the terminal said, the note says
+    assert all(f"* {f}" in note for f in printed)
 
 
 def test_advise_by_successive_halving_is_within_two_test_samples_of_the_best(demo, tmp_path: Path) -> None:
