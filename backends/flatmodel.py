@@ -1,10 +1,13 @@
 """A model whose parameters are views into one flat vector: how a backend computes gradients.
 
 Rules kept: ``grad`` is the mean cross-entropy gradient of one minibatch at given flat
-weights (plain autograd); ``grad_batch`` computes several at once over stacked weights
-(``functional_call`` + ``vmap``, or for a plain Linear/ReLU stack the hand-written kernels of
-:mod:`.mlp_batched`), each row equal to ``grad``'s up to float rounding; a scale multiplies the
-finished gradient (so a replay is bit-identical to a live server's ``gradient × scale``).
+weights (plain autograd, or with ``row_kernel`` for a plain Linear/ReLU stack the
+hand-written kernels of :mod:`.mlp_batched` on one row, reading the weights where they lie);
+``grad_batch`` computes several at once over stacked weights (``functional_call`` + ``vmap``,
+or the hand-written kernels), each row equal to ``grad``'s up to float rounding;
+``grad_weighted`` is the gradient of a weighted sum of per-sample losses at one weights
+vector (one apply's gradients on one version, fused); a scale multiplies the finished
+gradient (so the plain-autograd replay is bit-identical to a live server's ``gradient × scale``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ class FlatModel:
         self._mlp = mlp_layers(model)  # (starts with Flatten, layers) or None: the vmap path
         self._loaded: Tensor | None = None
         self._seed = torch.ones((), device=self.work.device)
+        self.row_kernel = False  # grad() of a Linear/ReLU stack by the hand-written kernels
+
+    @property
+    def kernel(self) -> str:
+        """How batched gradients are computed: "mlp" (the hand-written kernels) or "vmap"."""
+        return "mlp" if self._mlp is not None else "vmap"
 
     def load(self, z: Tensor) -> None:
         """Make the model's parameters equal ``z``."""
@@ -65,6 +74,12 @@ class FlatModel:
         buffer itself (valid until the next call). The scale multiplies the finished
         gradient (not the backward seed), so the result is bit-identical to a live server's
         ``gradient × scale``."""
+        if self.row_kernel and self._mlp is not None and (self._mlp[0] or xb.dim() == 2):
+            out = self.grad_buf.view(1, -1) if in_place else torch.empty_like(self.grad_buf).view(1, -1)
+            with torch.no_grad():
+                losses = mlp_grad_batch(self._mlp[1], z.reshape(1, -1), xb.unsqueeze(0), yb.unsqueeze(0), None, out)
+            g = self._unfrozen(out).view(-1)
+            return (g if scale == 1.0 else g.mul_(scale)), losses[0]
         self.load(z)
         buf = self.grad_buf
         buf.zero_()
@@ -73,6 +88,19 @@ class FlatModel:
         if in_place:
             return (buf if scale == 1.0 else buf.mul_(scale)), loss
         return (buf.clone() if scale == 1.0 else buf * scale), loss
+
+    def grad_weighted(self, z: Tensor, xb: Tensor, yb: Tensor, weights: Tensor,
+                      in_place: bool = False) -> tuple[Tensor, Tensor]:
+        """The flat gradient of ``Σ_s weights[s] · ℓ_s`` at ``z`` (ℓ_s the cross-entropy of
+        sample s of (xb, yb)), by plain autograd over all the samples at once, and the
+        per-sample losses (N,). The gradient is a new tensor, or with ``in_place`` the model's
+        gradient buffer (valid until the next call)."""
+        self.load(z)
+        buf = self.grad_buf
+        buf.zero_()
+        losses = F.cross_entropy(self.model(xb), yb, reduction="none")
+        backward(losses @ weights, self._seed)
+        return (buf if in_place else buf.clone()), losses.detach()
 
     def grad_batch(self, zs: list[Tensor] | Tensor, xb: Tensor, yb: Tensor,
                    scale: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -50,7 +50,7 @@ def make_replayer(trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
     if stacked == "on":
         return StackedReplayer(trace, model, data, opt, batched=batched, **kw)
     rep = Replayer(trace, model, data, opt, batched=batched, **kw)
-    if not rep.batched:
+    if not rep.batched or rep.rows == 1:  # row batches do not pay for this model here (batch_rows)
         return rep
     cap = capped(rep.flat.size, kw.get("batch_cap", BATCH_CAP))
     need = STACKED_MIN_SAVED * len(rep.plan.grads)

@@ -12,9 +12,13 @@ The interpreter never knows which protocol wrote the trace (docs/replay.md):
 
 Memory: a state (node, version) is freed after the last op that reads it; a gradient is
 freed by the apply that consumes it; gradients no apply consumes are never computed
-(:mod:`.replay_plan`). Batching: when the replay reaches a gradient not yet computed, it
-computes it together with later gradients whose states already exist (same batch size), in
-one ``vmap`` call; it never computes a gradient later than its own op.
+(:mod:`.replay_plan`). Batching: an apply's gradients that all read one version (a hardsync
+round) are computed *fused*, by one forward and backward over all their samples, each weighted
+by its gradient's coefficient over its minibatch size; otherwise, when the replay reaches a
+gradient not yet computed, it computes it together with later gradients whose states already
+exist (same batch size) in one batched call, when :func:`.replay_plan.batch_rows` says such
+row batches pay for this model on this device. It never computes a gradient later than its
+own op.
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ from ..simulator.trace import APPLY, GRAD, MIX, Trace
 from .flatmodel import FlatModel
 from .optim import Optimizer
 from .replay_data import Diverged, LossLog, Minibatches
-from .replay_plan import ALONE, BATCH_CAP, IN_BUFFER, LOOKAHEAD, capped, check_header, plan_trace
+from .replay_plan import (ALONE, BATCH_CAP, FUSED_IN_BUFFER, IN_BUFFER, LOOKAHEAD, ROWS, batch_rows, capped,
+                          check_header, plan_trace)
 from .workloads import Data
 
 RUN_CHUNK = 1 << 16         # ops whose columns are turned into Python lists at a time
+BATCHING = ("auto", "always")
+FUSED_ROW = -2              # a stored gradient that is a fused batch's combined gradient
 
 
 class Replayer:
@@ -40,17 +47,30 @@ class Replayer:
     model is rewired by :class:`FlatModel`). After :meth:`run`: ``curves``, ``diverged``,
     ``diverged_at_update``, ``updates``, ``peak_live_states`` / ``peak_live_grads`` (most
     weights versions / gradients held at once) and :meth:`final_states`.
+
+    ``batched``: batch gradients at all (False: every gradient alone, by plain autograd);
+    ``batching``: "auto" (row batches as :func:`.replay_plan.batch_rows` decides for this
+    model and device) or "always" (row batches up to the memory cap whatever they cost);
+    ``fuse``: fused batches of an apply's gradients on one version (with ``batched``).
     """
 
     def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
-                 batched: bool = True, batch_cap: int = BATCH_CAP, lookahead: int = LOOKAHEAD) -> None:
+                 batched: bool = True, batch_cap: int = BATCH_CAP, lookahead: int = LOOKAHEAD,
+                 batching: str = "auto", fuse: bool = True) -> None:
         check_header(trace)
+        if batching not in BATCHING:
+            raise ValueError(f"batching {batching!r}: expected one of {', '.join(BATCHING)}")
         self.trace, self.data, self.opt = trace, data, opt
         self.flat = FlatModel(model)
         self.batched = batched and self.flat.batchable
-        self.plan = plan_trace(trace, opt, self.batched, capped(self.flat.size, batch_cap), lookahead)
-        self.nodes = int(trace.header["nodes"])
         self.device = data.train_x.device
+        self.rows = (capped(self.flat.size, batch_cap) if batching == "always" else
+                     batch_rows(self.flat.size, self.flat.work.element_size(), self.device.type, self.flat.kernel,
+                                batch_cap))
+        # gradients one at a time by the model's own kernels where row batches do not pay
+        self.flat.row_kernel = self.batched and self.rows == 1
+        self.plan = plan_trace(trace, opt, self.batched, self.rows, lookahead, self.batched and fuse)
+        self.nodes = int(trace.header["nodes"])
         self.minibatches = Minibatches(data, int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
         self.losses = LossLog(len(self.plan.evals), self.device)
         self.states: dict[int, tuple[Tensor, float]] = {}
@@ -84,6 +104,9 @@ class Replayer:
     # -- ops ----------------------------------------------------------------------------
     def _compute_batch(self, b: int) -> None:
         """Compute the gradients of batch ``b`` in one call; keep them until their applies."""
+        if self.plan.kinds[b] != ROWS:
+            self._compute_fused(b)
+            return
         plan, gops = self.plan, self.plan.batches[b]
         ops, data = self.trace.ops, self.data
         size = int(ops["batch_size"][gops[0]])
@@ -99,6 +122,46 @@ class Replayer:
         self.losses.add_many(plan.interval[gops].tolist(), lt, self.updates)
         for row, op in enumerate(gops.tolist()):
             self.grads[op] = (g, row)
+        self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
+
+    def _compute_fused(self, b: int) -> None:
+        """Compute fused batch ``b``: ``Σ_j coef_j · g_j`` over its gradients (one apply's, all
+        on one version) by one forward and backward over all their samples, sample s of
+        gradient j weighted ``coef_j / size_j``; stored once for all of them."""
+        plan, gops = self.plan, self.plan.batches[b]
+        ops = self.trace.ops
+        sizes = ops["batch_size"][gops]
+        starts = ops["sample_start"][gops]
+        sid = int(plan.sid[gops[0]])
+        x, w = self.states[sid]
+        if self._hooked:
+            self.on_grad_reads(gops.tolist(), x.unsqueeze(0).expand(len(gops), -1), [w] * len(gops))
+        order = np.argsort(starts, kind="stable")  # by stream position: a round's minibatches tile a range
+        gops, sizes, starts = gops[order], sizes[order], starts[order]
+        coef = plan.coef[gops]
+        size = int(sizes[0])
+        uniform = bool((sizes == size).all())
+        if (starts[1:] == starts[:-1] + sizes[:-1]).all():  # one stretch of the stream: a slice
+            xb, yb = self.minibatches.one(int(starts[0]), int(sizes.sum()))
+        elif uniform:
+            xb, yb = self.minibatches.many(starts, size)
+            xb, yb = xb.reshape(-1, *xb.shape[2:]), yb.reshape(-1)
+        else:  # minibatches of several sizes, apart in the stream
+            idx = np.concatenate([self.minibatches.indices(np.array([s]), int(k))[0]
+                                  for s, k in zip(starts.tolist(), sizes.tolist())])
+            t = torch.from_numpy(idx).to(self.device)
+            xb, yb = self.data.train_x[t], self.data.train_y[t]
+        weights = np.repeat(coef / sizes, sizes)
+        g, per_sample = self.flat.grad_weighted(x if w == 1.0 else x / w, xb, yb,
+                                                torch.from_numpy(weights).to(self.data.train_x),
+                                                plan.kinds[b] == FUSED_IN_BUFFER)
+        if uniform:
+            losses = per_sample.view(len(gops), size).mean(1)
+        else:
+            losses = torch.stack([part.mean() for part in per_sample.split(sizes.tolist())])
+        self.losses.add_many(plan.interval[gops].tolist(), losses, self.updates)
+        for op in gops.tolist():
+            self.grads[op] = (g, FUSED_ROW)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
     def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float,
@@ -122,6 +185,9 @@ class Replayer:
         groups: dict[int, tuple[Tensor, list[int], list[float]]] = {}
         for j, op in enumerate(self.trace.inputs["grad_op"][s:s + c].tolist()):
             g, row = pop(op)
+            if row == FUSED_ROW:  # already Σ coef_j · g_j over its batch: added once
+                groups.setdefault(id(g), (g, [], []))
+                continue
             if row < 0:
                 g, row = g.unsqueeze(0), 0
             entry = groups.setdefault(id(g), (g, [], []))
@@ -129,8 +195,11 @@ class Replayer:
             entry[2].append(float(coefs[s + j]))
         total: Tensor | None = None
         for g, rows, cs in groups.values():
-            cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
-            part = cv @ (g if rows == list(range(len(g))) else g[rows])
+            if not rows:
+                part = g
+            else:
+                cv = torch.tensor(cs, dtype=g.dtype, device=g.device)
+                part = cv @ (g if rows == list(range(len(g))) else g[rows])
             total = part if total is None else total + part
         return total if total is not None else torch.zeros_like(self.flat.work)  # an apply of no inputs
 

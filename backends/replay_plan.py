@@ -1,10 +1,21 @@
 """The replay's plan: what it needs to know about a trace before executing it (NumPy only).
 
 Derived once per trace: when each weights version can be freed (after its last reader),
-which gradients are computed at all (those an apply consumes), which are computed together
-(a batch: later gradients whose versions already exist, same minibatch size, up to the
-cap), each apply input's coefficient and each apply's learning rate (the staleness policy
-scales the rate of the step: :func:`.optim.step_rates`).
+which gradients are computed at all (those an apply consumes), which are computed together,
+each apply input's coefficient and each apply's learning rate (the staleness policy scales
+the rate of the step: :func:`.optim.step_rates`). Two kinds of batch:
+
+* **fused**: the inputs of one apply that all read the same weights (a hardsync round, an
+  all-gradients-on-one-version apply). Their combined gradient ``Σ_j c_j ∇ mean_j(ℓ)`` is
+  ``∇ Σ_s a_s ℓ_s`` with ``a_s = c_j / μ_j`` for each sample ``s`` of gradient ``j``: one
+  forward and backward over all their samples computes it (exact up to float rounding, also
+  with unequal minibatches or weights), as a plain loop with minibatch λμ does;
+* **rows**: later gradients whose versions already exist, same minibatch size, up to
+  :func:`batch_rows` of them, one row each in a batched call (the stacked-versions batch).
+
+:func:`batch_rows` is the rule that decides, once per replay from the model's size and
+kernel and the device, whether row batches pay at all (docs/replay.md, "Which per-gradient
+path").
 """
 
 from __future__ import annotations
@@ -17,9 +28,20 @@ from ..simulator.trace import APPLY, EVAL, GRAD, MIX, Trace, TraceError, check_r
 from .base import BackendError
 from .optim import Optimizer
 
-BATCH_CAP = 64              # most gradients in one vmap call
+BATCH_CAP = 64              # most gradients in one vmap call (and in one fused call)
 LOOKAHEAD = 256             # grad ops scanned ahead for a batch
 BATCH_BUDGET_FLOATS = 1 << 26  # stacked weights + gradients of one batch (256 MiB in fp32)
+# On a CPU a row batch copies every version it reads into one (B, P) block: worth it only while
+# that block stays in cache. Measured (benchmarks/replay_models.py, docs/replay.md): the
+# hand-written MLP kernels break even with one gradient at a time near 8 rows of 130k
+# parameters (4 MiB); vmap's calls cost ≈ 1 ms each, so its batches pay up to far larger blocks.
+STACK_BUDGET_BYTES = {"mlp": 4 << 20, "vmap": 64 << 20}
+STACK_MIN_ROWS = 8          # fewer rows fit: gradients one at a time (row batches do not pay)
+
+# a batch's kind (``Plan.kinds``)
+ROWS = 0             # one row per gradient (stacked weights)
+FUSED = 1            # one apply's gradients on one version: one call over all their samples
+FUSED_IN_BUFFER = 2  # fused, and its apply comes before any other gradient is computed
 
 # what the replay does at a grad op (``Plan.lead``; a value ≥ 0 is a batch index)
 NOTHING = -1    # computed with an earlier op's batch, or never (no apply consumes it)
@@ -41,6 +63,22 @@ def capped(param_count: int, cap: int = BATCH_CAP) -> int:
     return max(1, min(cap, BATCH_BUDGET_FLOATS // (2 * param_count)))
 
 
+def batch_rows(param_count: int, elt_bytes: int, device_type: str, kernel: str, cap: int = BATCH_CAP) -> int:
+    """Gradients per row batch, decided once per replay from the model and the device; 1 means
+    gradients one at a time, because row batches would cost more than they save.
+
+    On an accelerator (every small op a kernel launch) :func:`capped`. On a CPU the stacked
+    weights of a batch must also fit ``STACK_BUDGET_BYTES[kernel]`` (``kernel``: "mlp" for
+    the hand-written kernels of :mod:`.mlp_batched`, "vmap" otherwise), and at least
+    ``STACK_MIN_ROWS`` must fit; else 1. The rule never changes what is computed, only how
+    many gradients share a call: results agree to float rounding either way."""
+    rows = capped(param_count, cap)
+    if device_type != "cpu":
+        return rows
+    fit = STACK_BUDGET_BYTES[kernel] // max(1, param_count * elt_bytes)
+    return min(rows, fit) if fit >= STACK_MIN_ROWS else 1
+
+
 @dataclass
 class Plan:
     """What the replay needs to know up front, derived from the trace with NumPy.
@@ -53,8 +91,10 @@ class Plan:
     computed (it stays in the model's gradient buffer, scaled in place), ``b ≥ 0`` for the
     op at which the multi-gradient batch ``batches[b]`` (grad op indices) is computed,
     :data:`NOTHING` otherwise;
+    ``kinds[b]`` is batch ``b``'s kind (:data:`ROWS`, :data:`FUSED`, :data:`FUSED_IN_BUFFER`);
     ``sid`` the state a grad reads, ``interval`` the number of evals before it, ``coef``
-    the coefficient applied when it is computed (1 unless it is its apply's only input);
+    the coefficient applied when it is computed (1 unless it is its apply's only input or
+    in a fused batch: then its apply coefficient);
     ``lr`` an apply's learning rate, staleness-aware. ``coefs``: the coefficient of every apply
     input (:func:`.optim.step_rates`: the averaging weight, re-weighted only by mixed
     per-gradient rates).
@@ -72,6 +112,7 @@ class Plan:
     lr: np.ndarray
     coefs: np.ndarray
     evals: np.ndarray
+    kinds: list[int]
 
     @property
     def calls(self) -> int:
@@ -80,8 +121,12 @@ class Plan:
 
 
 def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP,
-               lookahead: int = LOOKAHEAD) -> Plan:
-    """Derive state lifetimes, gradient batches and apply coefficients from ``trace``."""
+               lookahead: int = LOOKAHEAD, fuse: bool | None = None) -> Plan:
+    """Derive state lifetimes, gradient batches and apply coefficients from ``trace``.
+
+    ``batched``: batches at all (else every gradient alone); ``cap``: gradients per row batch
+    (1: none); ``fuse`` (default ``batched``): fused batches of the applies whose inputs all
+    read one version (at most ``BATCH_CAP`` gradients each)."""
     ops, inp = trace.ops, trace.inputs
     kind, node, version = ops["kind"], ops["node"].astype(np.int64), ops["version"].astype(np.int64)
     src_node, src_ver = ops["src_node"].astype(np.int64), ops["src_version"].astype(np.int64)
@@ -112,9 +157,17 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     lead = np.full(n, NOTHING, np.int64)
     lead[grads] = ALONE
     batches: list[np.ndarray] = []
+    kinds: list[int] = []
+    done = np.zeros(len(grads), bool)
+    if batched if fuse is None else fuse:
+        for group in _fused_groups(ops, inp, applies, sid):
+            done[np.searchsorted(grads, group)] = True
+            lead[group[1:]] = NOTHING
+            lead[group[0]] = len(batches)
+            batches.append(group)
+            kinds.append(FUSED)
     if batched and cap > 1:
         ready, sizes = created[sid[grads]], ops["batch_size"][grads]
-        done = np.zeros(len(grads), bool)
         for k in range(len(grads)):
             if done[k]:
                 continue
@@ -127,6 +180,7 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
                 lead[grads[more]] = NOTHING
                 lead[grads[k]] = len(batches)
                 batches.append(grads[np.concatenate([[k], more])])
+                kinds.append(ROWS)
 
     # the staleness policy scales the step's rate (optim.step_rates): coefs weigh the inputs
     coefs, base = opt.rates(inp["weight"], inp["staleness"], ops["in_count"][applies])
@@ -141,9 +195,48 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     lead[alone[sole[alone] & (consumer[alone] < nxt)]] = IN_BUFFER
     coef = np.ones(n)
     coef[inp["grad_op"][single]] = coefs[single]
+    fused = [b for b, k in enumerate(kinds) if k == FUSED]
+    if fused:
+        # a fused batch weighs its samples by the apply coefficients of its gradients ...
+        in_fused = np.concatenate([batches[b] for b in fused])
+        position = np.empty(n, np.int64)
+        position[inp["grad_op"]] = np.arange(len(inp["grad_op"]))
+        coef[in_fused] = coefs[position[in_fused]]
+        # ... and stays in the gradient buffer when it is its apply's only part and the apply
+        # comes before the next gradient computation
+        firsts = np.array([batches[b][0] for b in fused])
+        after = np.append(computed, n)[np.searchsorted(computed, firsts, side="right")]
+        whole = np.array([len(batches[b]) == ops["in_count"][consumer[batches[b][0]]] for b in fused])
+        for b, keep in zip(fused, whole & (consumer[firsts] < after)):
+            if keep:
+                kinds[b] = FUSED_IN_BUFFER
     lr = np.zeros(n)
     lr[applies] = opt.lr(ops["epoch"][applies], base)
     interval = np.zeros(n, np.int64)
     interval[grads] = np.searchsorted(evals, grads)
     return Plan(offset, np.argsort(last, kind="stable"), np.bincount(last, minlength=n + 1)[:n], grads,
-                lead, batches, sid, interval, coef, lr, coefs, evals)
+                lead, batches, sid, interval, coef, lr, coefs, evals, kinds)
+
+
+def _fused_groups(ops: dict[str, np.ndarray], inp: dict[str, np.ndarray], applies: np.ndarray,
+                  sid: np.ndarray) -> list[np.ndarray]:
+    """The fused batches: for every apply of at least two inputs that all read one state, its
+    grad ops in trace order, in pieces of at most ``BATCH_CAP``."""
+    counts = ops["in_count"][applies].astype(np.int64)
+    multi = counts >= 2
+    if not multi.any():
+        return []
+    starts, counts = ops["in_start"][applies][multi].astype(np.int64), counts[multi]
+    seg = np.cumsum(counts) - counts
+    pos = np.repeat(starts - seg, counts) + np.arange(int(counts.sum()))
+    reads = sid[inp["grad_op"][pos]]
+    one = np.minimum.reduceat(reads, seg) == np.maximum.reduceat(reads, seg)
+    if not one.any():
+        return []
+    c = counts[one]
+    g = inp["grad_op"][pos[np.repeat(one, counts)]].astype(np.int64)
+    g = g[np.lexsort((g, np.repeat(np.arange(len(c)), c)))]  # each apply's grad ops in trace order
+    groups = np.split(g, np.cumsum(c)[:-1])
+    if c.max() <= BATCH_CAP:
+        return groups
+    return [grp[i:i + BATCH_CAP] for grp in groups for i in range(0, len(grp), BATCH_CAP)]
