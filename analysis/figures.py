@@ -38,19 +38,22 @@ class FigureSpec:
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "error_vs_time", "Test error over simulated time",
-        "Test error of each run against simulated wall-clock time: the accuracy/runtime "
-        "tradeoff itself. Lower and further left is better; faded lines diverged. A large "
+        "Test error of each configuration against simulated wall-clock time: the accuracy/runtime "
+        "tradeoff itself. With replicates, the line is the mean over the seeds and the band spans their "
+        "lowest to highest error. Lower and further left is better; faded lines diverged. A large "
         "sweep gets one panel per protocol configuration, colour = learners λ, style = minibatch μ.",
         lambda r: plots.error_vs_time(r.curves, r.summary, target=r.target_error)),
     FigureSpec(
         "pareto", "Pareto frontier of time and error",
-        "Every run as a point of simulated run time and final test error. The step line joins "
-        "the runs no other run beats on both; those are the configurations worth choosing.",
+        "Every configuration as a point of simulated run time and final test error (with replicates: "
+        "their means, the bars spanning each mean's 95 % interval over the seeds). The step line joins "
+        "the configurations no other beats on both; those are the ones worth choosing.",
         lambda r: plots.pareto(r.summary)),
     FigureSpec(
         "heatmap_final_error", "Final test error by learners and minibatch",
         "Final test error for each learners λ × minibatch μ cell, one panel per protocol "
-        "configuration. Rudra's rule: keep λμ about constant.",
+        "configuration (with replicates: the mean, and the seeds' range beneath where it is wider than "
+        "a point). Rudra's rule: keep λμ about constant.",
         lambda r: plots.heatmap(r.summary, "final_test_error")),
     FigureSpec(
         "heatmap_time_to_target", "Time to target error by learners and minibatch",
