@@ -492,10 +492,12 @@ def test_mix_and_average_eval_formulas():
 def test_summary_time_to_target():
     # truth: base.py — first eval with test_error ≤ target, else None
     rows = [{"test_error": e, "sim_time_s": t} for e, t in ((0.5, 1.0), (0.08, 2.0), (0.2, 3.0))]
-    s = summarize(rows, 0.1, False, None)
+    s = summarize(rows, 0.1, False, None, final_evals=1)
     assert s == {"final_test_error": 0.2, "best_test_error": 0.08, "time_to_target_s": 2.0,
                  "diverged": False, "diverged_at_update": None}
     assert summarize(rows, 0.01, False, None)["time_to_target_s"] is None
+    # by default the final error is the mean of the last three evaluations (workload.final_evals)
+    assert summarize(rows, 0.1, False, None)["final_test_error"] == pytest.approx((0.5 + 0.08 + 0.2) / 3)
 
 
 def test_unavailable_device_is_a_backend_error():
