@@ -74,7 +74,7 @@ class FlatModel:
         buffer itself (valid until the next call). The scale multiplies the finished
         gradient (not the backward seed), so the result is bit-identical to a live server's
         ``gradient × scale``."""
-        if self.row_kernel and self._mlp is not None and (self._mlp[0] or xb.dim() == 2):
+        if self.row_kernel and self.takes_rows(xb.dim() + 1):
             out = self.grad_buf.view(1, -1) if in_place else torch.empty_like(self.grad_buf).view(1, -1)
             with torch.no_grad():
                 losses = mlp_grad_batch(self._mlp[1], z.reshape(1, -1), xb.unsqueeze(0), yb.unsqueeze(0), None, out)
@@ -92,9 +92,15 @@ class FlatModel:
     def grad_weighted(self, z: Tensor, xb: Tensor, yb: Tensor, weights: Tensor,
                       in_place: bool = False) -> tuple[Tensor, Tensor]:
         """The flat gradient of ``Σ_s weights[s] · ℓ_s`` at ``z`` (ℓ_s the cross-entropy of
-        sample s of (xb, yb)), by plain autograd over all the samples at once, and the
-        per-sample losses (N,). The gradient is a new tensor, or with ``in_place`` the model's
-        gradient buffer (valid until the next call)."""
+        sample s of (xb, yb)), by one forward and backward over all the samples (the
+        hand-written kernels on one row for a Linear/ReLU stack, :meth:`grad_weighted_batch`;
+        else plain autograd), and the per-sample losses (N,). The gradient is a new tensor, or
+        with ``in_place`` the model's gradient buffer (valid until the next call)."""
+        if self.takes_rows(xb.dim() + 1):
+            out = self.grad_buf.view(1, -1) if in_place else torch.empty_like(self.grad_buf).view(1, -1)
+            g, losses = self.grad_weighted_batch(z.reshape(1, -1), xb.unsqueeze(0), yb.unsqueeze(0),
+                                                 weights.unsqueeze(0), out)
+            return g.view(-1), losses[0]
         self.load(z)
         buf = self.grad_buf
         buf.zero_()
@@ -109,7 +115,7 @@ class FlatModel:
         a (B, P) tensor: the weights already stacked (it is used as is, not copied).
         """
         b = xb.shape[0]
-        if self._mlp is not None and (self._mlp[0] or xb.dim() == 3):
+        if self.takes_rows(xb.dim()):
             if isinstance(zs, Tensor):
                 stacked = zs
             else:
@@ -143,6 +149,24 @@ class FlatModel:
                 out[:, o:o + k].view(g.shape).copy_(g)
             o += k
         return self._unfrozen(out), losses.detach()
+
+    def takes_rows(self, dims: int) -> bool:
+        """Whether batched inputs of ``dims`` dimensions (B, μ, …) go through the hand-written
+        kernels (a Linear/ReLU stack: a leading Flatten, or samples of one dimension)."""
+        return self._mlp is not None and (self._mlp[0] or dims == 3)
+
+    def grad_weighted_batch(self, stacked: Tensor, xb: Tensor, yb: Tensor, weights: Tensor,
+                            out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Row b: the gradient of ``Σ_s weights[b, s] · ℓ_bs`` at ``stacked[b]`` over the samples
+        (xb[b], yb[b]), written into ``out`` (default a new (B, P) tensor), and the per-sample
+        losses (B, N). Hand-written kernels only (:meth:`takes_rows`); a row does not depend on
+        the other rows of the call."""
+        assert self._mlp is not None
+        if out is None:
+            out = torch.empty(stacked.shape[0], self.size, dtype=stacked.dtype, device=stacked.device)
+        with torch.no_grad():
+            losses = mlp_grad_batch(self._mlp[1], stacked, xb, yb, None, out, weights)
+        return self._unfrozen(out), losses
 
     def _unfrozen(self, out: Tensor) -> Tensor:
         """``out`` with the frozen parameters' columns zero."""

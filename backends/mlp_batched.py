@@ -64,11 +64,14 @@ def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
 
 
 def grad_batch(layers: list[Linear], stacked: Tensor, xb: Tensor, yb: Tensor, scale: Tensor | None,
-               out: Tensor) -> Tensor:
+               out: Tensor, weights: Tensor | None = None) -> Tensor:
     """Write row b's gradient of ``scale[b]`` × the mean cross-entropy of (xb[b], yb[b]) at
     weights ``stacked[b]`` into ``out[b]``; return the (unscaled) losses (B,).
 
-    ``xb``: (B, μ, …) inputs, flattened per sample; ``yb``: (B, μ) labels.
+    ``xb``: (B, μ, …) inputs, flattened per sample; ``yb``: (B, μ) labels. With ``weights``
+    (B, μ) (and no ``scale``), row b is instead the gradient of ``Σ_s weights[b, s] · ℓ_bs``
+    and the per-sample losses ℓ (B, μ) are returned. Rows are computed independently: a row's
+    result does not depend on the other rows of the call.
     """
     b, mu = yb.shape
     a = xb.reshape(b, mu, -1)
@@ -84,11 +87,15 @@ def grad_batch(layers: list[Linear], stacked: Tensor, xb: Tensor, yb: Tensor, sc
         acts.append(a)
     logp = a.log_softmax(-1)
     target = yb.unsqueeze(-1)
-    losses = logp.gather(-1, target).squeeze(-1).mean(1).neg_()
+    per_sample = logp.gather(-1, target).squeeze(-1).neg_()
+    losses = per_sample if weights is not None else per_sample.mean(1)
     d = logp.exp_().scatter_add_(-1, target, torch.full_like(target, -1, dtype=logp.dtype))
-    d.div_(mu)
-    if scale is not None:
-        d.mul_(scale.view(b, 1, 1))
+    if weights is not None:
+        d.mul_(weights.unsqueeze(-1))
+    else:
+        d.div_(mu)
+        if scale is not None:
+            d.mul_(scale.view(b, 1, 1))
     for i in range(len(layers) - 1, -1, -1):
         lay = layers[i]
         gw = out[:, lay.w:lay.w + lay.out * lay.inp].view(b, lay.out, lay.inp)

@@ -23,7 +23,8 @@ own op.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Generator
 
 import numpy as np
 import torch
@@ -40,6 +41,28 @@ from .workloads import Data
 RUN_CHUNK = 1 << 16         # ops whose columns are turned into Python lists at a time
 BATCHING = ("auto", "always")
 FUSED_ROW = -2              # a stored gradient that is a fused batch's combined gradient
+
+
+@dataclass(slots=True, eq=False)
+class GradRequest:
+    """A batch of gradients a replay needs computed (:meth:`Replayer.compute` computes it).
+
+    Rows (``fused`` False): row b is the mean cross-entropy gradient of minibatch (xb[b],
+    yb[b]) at ``zs[b]`` (``zs`` of one: every row reads it) times ``scale[b]`` (None: 1).
+    Fused: one gradient of ``Σ_s scale[s] · ℓ_s`` at ``zs[0]`` over the samples (xb, yb),
+    ``in_buffer``: it may be left in the model's gradient buffer. ``b`` is the plan's batch,
+    ``gops`` its grad ops (fused: by stream position), ``sizes`` their minibatch sizes when
+    they differ (fused)."""
+
+    b: int
+    fused: bool
+    zs: list[Tensor]
+    xb: Tensor
+    yb: Tensor
+    scale: Tensor | None
+    in_buffer: bool
+    gops: np.ndarray
+    sizes: list[int] | None
 
 
 class Replayer:
@@ -102,13 +125,12 @@ class Replayer:
         return {k: self.states[s] for k, s in enumerate(self._current)}
 
     # -- ops ----------------------------------------------------------------------------
-    def _compute_batch(self, b: int) -> None:
-        """Compute the gradients of batch ``b`` in one call; keep them until their applies."""
-        if self.plan.kinds[b] != ROWS:
-            self._compute_fused(b)
-            return
+    def _request(self, b: int) -> GradRequest:
+        """What batch ``b`` needs computed: its weights, samples and coefficients."""
         plan, gops = self.plan, self.plan.batches[b]
         ops, data = self.trace.ops, self.data
+        if plan.kinds[b] != ROWS:
+            return self._fused_request(b)
         size = int(ops["batch_size"][gops[0]])
         xb, yb = self.minibatches.many(ops["sample_start"][gops], size)
         sids = plan.sid[gops].tolist()
@@ -118,16 +140,12 @@ class Replayer:
                                [self.states[s][1] for s in sids])
         coef = plan.coef[gops]
         scale = torch.from_numpy(coef).to(data.train_x) if (coef != 1.0).any() else None
-        g, lt = self.flat.grad_batch(zs, xb, yb, scale)
-        self.losses.add_many(plan.interval[gops].tolist(), lt, self.updates)
-        for row, op in enumerate(gops.tolist()):
-            self.grads[op] = (g, row)
-        self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
+        return GradRequest(b, False, zs, xb, yb, scale, False, gops, None)
 
-    def _compute_fused(self, b: int) -> None:
-        """Compute fused batch ``b``: ``Σ_j coef_j · g_j`` over its gradients (one apply's, all
-        on one version) by one forward and backward over all their samples, sample s of
-        gradient j weighted ``coef_j / size_j``; stored once for all of them."""
+    def _fused_request(self, b: int) -> GradRequest:
+        """Fused batch ``b``: ``Σ_j coef_j · g_j`` over its gradients (one apply's, all on one
+        version) as one gradient over all their samples, sample s of gradient j weighted
+        ``coef_j / size_j``."""
         plan, gops = self.plan, self.plan.batches[b]
         ops = self.trace.ops
         sizes = ops["batch_size"][gops]
@@ -151,17 +169,33 @@ class Replayer:
                                   for s, k in zip(starts.tolist(), sizes.tolist())])
             t = torch.from_numpy(idx).to(self.device)
             xb, yb = self.data.train_x[t], self.data.train_y[t]
-        weights = np.repeat(coef / sizes, sizes)
-        g, per_sample = self.flat.grad_weighted(x if w == 1.0 else x / w, xb, yb,
-                                                torch.from_numpy(weights).to(self.data.train_x),
-                                                plan.kinds[b] == FUSED_IN_BUFFER)
-        if uniform:
-            losses = per_sample.view(len(gops), size).mean(1)
+        weights = torch.from_numpy(np.repeat(coef / sizes, sizes)).to(self.data.train_x)
+        return GradRequest(b, True, [x if w == 1.0 else x / w], xb, yb, weights, plan.kinds[b] == FUSED_IN_BUFFER,
+                           gops, None if uniform else sizes.tolist())
+
+    def compute(self, req: GradRequest) -> tuple[Tensor, Tensor]:
+        """``req``'s gradients and losses, by this replay's model: rows (B, P) and losses (B,),
+        or a fused batch's one gradient (P,) and its per-sample losses (N,)."""
+        if req.fused:
+            return self.flat.grad_weighted(req.zs[0], req.xb, req.yb, req.scale, req.in_buffer)
+        return self.flat.grad_batch(req.zs, req.xb, req.yb, req.scale)
+
+    def _finish(self, req: GradRequest, result: tuple[Tensor, Tensor]) -> None:
+        """Keep ``req``'s gradients until their applies; count their losses."""
+        g, lt = result
+        gops = req.gops
+        if req.fused:
+            if req.sizes is None:
+                lt = lt.view(len(gops), -1).mean(1)
+            else:
+                lt = torch.stack([part.mean() for part in lt.split(req.sizes)])
+            self.losses.add_many(self.plan.interval[gops].tolist(), lt, self.updates)
+            for op in gops.tolist():
+                self.grads[op] = (g, FUSED_ROW)
         else:
-            losses = torch.stack([part.mean() for part in per_sample.split(sizes.tolist())])
-        self.losses.add_many(plan.interval[gops].tolist(), losses, self.updates)
-        for op in gops.tolist():
-            self.grads[op] = (g, FUSED_ROW)
+            self.losses.add_many(self.plan.interval[gops].tolist(), lt, self.updates)
+            for row, op in enumerate(gops.tolist()):
+                self.grads[op] = (g, row)
         self.peak_live_grads = max(self.peak_live_grads, len(self.grads))
 
     def _compute_one(self, op: int, start: int, size: int, sid: int, j: int, coef: float,
@@ -240,12 +274,25 @@ class Replayer:
 
     def run(self) -> list[dict[str, Any]]:
         """Execute every op; return the curves (divergence stops the run, never raises)."""
+        steps = self.steps()
+        try:
+            req = next(steps)
+            while True:
+                req = steps.send(self.compute(req))
+        except StopIteration:
+            pass
+        return self.curves
+
+    def steps(self) -> Generator[GradRequest, tuple[Tensor, Tensor], None]:
+        """:meth:`run` as a generator: it yields every batch of gradients it needs and must be
+        sent :meth:`compute`'s result for it (or the same values computed otherwise:
+        :func:`.replay_multi.replay_many` computes several replays' requests in one call)."""
         x0 = self.flat.work.detach().clone()
         self.states.update({int(s): (x0, 1.0) for s in self.plan.offset})
         self.peak_live_states = len(self.states)
         try:
             for base in range(0, self.trace.n_ops, RUN_CHUNK):
-                self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
+                yield from self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
             self.losses.flush()
             if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
                 raise Diverged
@@ -253,10 +300,10 @@ class Replayer:
             if self.losses.updates_at_divergence is not None:  # where it was computed, not noticed
                 self.updates = self.losses.updates_at_divergence
             self.diverged, self.diverged_at_update = True, self.updates
-        return self.curves
 
-    def _run_ops(self, lo: int, hi: int) -> None:
-        """Execute ops ``lo .. hi−1`` (their columns as Python lists: the hot loop)."""
+    def _run_ops(self, lo: int, hi: int) -> Generator[GradRequest, tuple[Tensor, Tensor], None]:
+        """Execute ops ``lo .. hi−1`` (their columns as Python lists: the hot loop); yield each
+        batch's request and take its result."""
         ops, plan, states = self.trace.ops, self.plan, self.states
         pop, step, current, grad_op = self.grads.pop, self.opt.step, self._current, self.trace.inputs["grad_op"]
         starts = ops["in_start"][lo:hi]
@@ -289,7 +336,8 @@ class Replayer:
                 if lead <= ALONE:
                     self._compute_one(i, start, size, sid, j, coef, lead == IN_BUFFER)
                 elif lead >= 0:
-                    self._compute_batch(lead)
+                    req = self._request(lead)
+                    self._finish(req, (yield req))
             elif k == MIX:
                 self._mix(i, offset)
             else:

@@ -31,11 +31,13 @@ from .optim import Optimizer
 BATCH_CAP = 64              # most gradients in one vmap call (and in one fused call)
 LOOKAHEAD = 256             # grad ops scanned ahead for a batch
 BATCH_BUDGET_FLOATS = 1 << 26  # stacked weights + gradients of one batch (256 MiB in fp32)
-# On a CPU a row batch copies every version it reads into one (B, P) block: worth it only while
-# that block stays in cache. Measured (benchmarks/replay_models.py, docs/replay.md): the
-# hand-written MLP kernels break even with one gradient at a time near 8 rows of 130k
-# parameters (4 MiB); vmap's calls cost ≈ 1 ms each, so its batches pay up to far larger blocks.
-STACK_BUDGET_BYTES = {"mlp": 4 << 20, "vmap": 64 << 20}
+# On a CPU a row batch copies every version it reads into one (B, P) block and writes a
+# (B, P) block of gradients: worth it only while those stay in cache. Measured against one
+# gradient at a time (async traces, μ = 4, one thread; docs/replay.md "Which per-gradient
+# path"): the hand-written MLP kernels break even near 8 rows of 65–130k parameters, vmap near
+# 30 rows of 18k on an MLP-shaped model (both a 2–4 MiB block), and 90 rows of the digits MLP
+# (3.4 MiB) cost twice as much per row as 30 (1.2 MiB); on rudra_cifar (90k) both paths run alike.
+STACK_BUDGET_BYTES = 2 << 20
 STACK_MIN_ROWS = 8          # fewer rows fit: gradients one at a time (row batches do not pay)
 
 # a batch's kind (``Plan.kinds``)
@@ -68,14 +70,15 @@ def batch_rows(param_count: int, elt_bytes: int, device_type: str, kernel: str, 
     gradients one at a time, because row batches would cost more than they save.
 
     On an accelerator (every small op a kernel launch) :func:`capped`. On a CPU the stacked
-    weights of a batch must also fit ``STACK_BUDGET_BYTES[kernel]`` (``kernel``: "mlp" for
-    the hand-written kernels of :mod:`.mlp_batched`, "vmap" otherwise), and at least
-    ``STACK_MIN_ROWS`` must fit; else 1. The rule never changes what is computed, only how
-    many gradients share a call: results agree to float rounding either way."""
+    weights of a batch must also fit ``STACK_BUDGET_BYTES``, and at least ``STACK_MIN_ROWS``
+    must fit; else 1. ``kernel`` ("mlp": the hand-written kernels of :mod:`.mlp_batched`,
+    "vmap") was measured to break even at the same block size, so it does not enter the rule.
+    The rule never changes what is computed, only how many gradients share a call: results
+    agree to float rounding either way."""
     rows = capped(param_count, cap)
     if device_type != "cpu":
         return rows
-    fit = STACK_BUDGET_BYTES[kernel] // max(1, param_count * elt_bytes)
+    fit = STACK_BUDGET_BYTES // max(1, param_count * elt_bytes)
     return min(rows, fit) if fit >= STACK_MIN_ROWS else 1
 
 

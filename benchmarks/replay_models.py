@@ -58,10 +58,7 @@ from ddlsim.simulator.catalog import dataset_info
 from ddlsim.simulator.dataorder import SampleStream, global_slice_start, shard_start
 from ddlsim.simulator.trace import APPLY, GRAD, Trace, TraceBuilder
 
-try:  # the multi-replay batch (absent in older trees: the benchmark measures what exists)
-    from ddlsim.backends.replay_multi import replay_many
-except ImportError:  # pragma: no cover
-    replay_many = None
+from ddlsim.backends.replay_multi import replay_many, shares_calls
 
 SCENARIO = """
 seed = {seed}
@@ -194,14 +191,18 @@ def replay(point: dict, data: Data, trace: Trace, device: torch.device, **kw) ->
 
 
 def multi(points: list[dict], data: Data, traces: list[Trace], device: torch.device) -> float:
-    """Seconds for the K replays at once (:func:`replay_many`)."""
+    """Seconds for planning and executing the K replays at once (:func:`replay_many`)."""
     models = [build_model(p).to(device) for p in points]
     _sync(device)
     t = clock()
-    opts = [Optimizer(p["optimizer"], mean_staleness(tr.inputs["staleness"])) for p, tr in zip(points, traces)]
-    replay_many(traces, models, data, opts)
+    reps = [Replayer(tr, m, data, Optimizer(p["optimizer"], mean_staleness(tr.inputs["staleness"])))
+            for p, tr, m in zip(points, traces, models)]
+    replay_many(reps)
     _sync(device)
-    return clock() - t
+    dt = clock() - t
+    if any(r.diverged for r in reps):
+        raise SystemExit("a replay diverged: lower the benchmark's rate")
+    return dt
 
 
 def singles(points: list[dict], data: Data, traces: list[Trace], device: torch.device) -> float:
@@ -264,16 +265,18 @@ def bench_model(key: str, a: argparse.Namespace, device: torch.device) -> None:
             if k != "loop":
                 print(f"    {k + ' / ' + loop_name:34s} {paired(times, k, 'loop')}"
                       + (f"  (goal ≥ {goal}×)" if k == "replay" else ""))
-    if replay_many is None or a.replicates < 2:
-        print("  multi-replay: not available in this tree" if replay_many is None else "")
+    if a.replicates < 2:
         return
     points = [point_of(m, seed) for seed in range(a.replicates)]
+    print(f"  multi-replay: {a.replicates} seeds (initial weights, data order), replay_many / one by one:")
     for case, make in (("hardsync", lambda s: hardsync_trace(lam, mu, m.hardsync_rounds, n, s)),
                        ("async", lambda s: async_trace(lam, mu, m.async_grads, n, s))):
         traces = [make(s) for s in range(a.replicates)]
+        probe = Replayer(traces[0], build_model(point).to(device), data, Optimizer(point["optimizer"], 0.0))
         times = timed({"multi": lambda: multi(points, data, traces, device),
                        "singles": lambda: singles(points, data, traces, device)}, a.rounds)
-        print(f"  {case:8s} {a.replicates} replays at once / one at a time   {paired(times, 'multi', 'singles')}")
+        print(f"    {case:8s} {paired(times, 'multi', 'singles')}  "
+              + ("(calls shared)" if shares_calls(probe) else "(no calls shared: the replays run one by one)"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,10 @@ Two speed paths (backends/replay_plan.py, docs/replay.md "Which per-gradient pat
   plain ``torch.optim.SGD`` loop with minibatch λμ;
 * **the batching rule** (:func:`batch_rows`): row batches of stacked versions only where they
   pay; otherwise gradients one at a time (an MLP by the hand-written kernels on one row). The
-  truth: the same trace replayed with row batches forced and by plain autograd.
+  truth: the same trace replayed with row batches forced and by plain autograd;
+* **several replays at once** (:func:`.replay_multi.replay_many`): the requests of replays of
+  one model share calls. The truth: each replay's own ``run()``, bit for bit (the kernels'
+  rows do not depend on the other rows of a call).
 
 Tolerances, from the float32 arithmetic: two orders of summing N per-sample terms differ by at
 most N·2⁻²⁴ of the terms' magnitudes (|per-sample gradient entry| ≤ 1 for these
@@ -230,22 +233,22 @@ def test_fused_reads_are_reported_to_the_hook():
 
 # -- the batching rule ---------------------------------------------------------------------------
 def test_batch_rows_rule_closed_form():
-    # truth: the rule's arithmetic by hand (4 MiB for the MLP kernels, 64 MiB for vmap, ≥ 8 rows)
-    assert STACK_BUDGET_BYTES == {"mlp": 4 << 20, "vmap": 64 << 20} and STACK_MIN_ROWS == 8
-    assert batch_rows(9_610, 4, "cpu", "mlp") == 64                    # digits MLP: 109 rows fit
-    assert batch_rows(66_954, 4, "cpu", "mlp") == (4 << 20) // (66_954 * 4) == 15
-    assert batch_rows(131_072, 4, "cpu", "mlp") == 8
-    assert batch_rows(131_073, 4, "cpu", "mlp") == 1                   # 7 rows fit: one at a time
+    # truth: the rule's arithmetic by hand (a 2 MiB block of stacked weights, at least 8 rows)
+    assert STACK_BUDGET_BYTES == 2 << 20 and STACK_MIN_ROWS == 8
+    assert batch_rows(9_610, 4, "cpu", "mlp") == (2 << 20) // (9_610 * 4) == 54   # digits MLP
+    assert batch_rows(21_386, 4, "cpu", "vmap") == 24                               # lenet on digits
+    assert batch_rows(65_536, 4, "cpu", "mlp") == batch_rows(65_536, 4, "cpu", "vmap") == 8
+    assert batch_rows(65_537, 4, "cpu", "mlp") == 1                                 # 7 rows fit
     assert batch_rows(500_618, 4, "cpu", "mlp") == 1
-    assert batch_rows(89_578, 4, "cpu", "vmap") == 64                  # rudra_cifar: 187 rows fit
-    assert batch_rows(2_000_000, 4, "cpu", "vmap") == 8
+    assert batch_rows(89_578, 4, "cpu", "vmap") == 1                 # rudra_cifar on CIFAR-10: 5 fit
+    assert batch_rows(1_000, 4, "cpu", "mlp") == BATCH_CAP == 64     # the cap still holds
     assert batch_rows(500_618, 4, "cuda", "mlp") == capped(500_618) == 64
     assert batch_rows(1 << 24, 4, "cuda", "vmap") == capped(1 << 24) == 2
 
 
 def _wide_mlp_setup() -> tuple[dict, Data]:
-    """An MLP of 141k parameters (1100 inputs → 128 → 10): more than the rule batches on a CPU."""
-    point = make_point(workload__dataset="teacher", workload__teacher_features=1100, workload__teacher_samples=512,
+    """An MLP of 78k parameters (600 inputs → 128 → 10): more than the rule batches on a CPU."""
+    point = make_point(workload__dataset="teacher", workload__teacher_features=600, workload__teacher_samples=512,
                        optimizer__lr=0.05, optimizer__momentum=0.9, optimizer__weight_decay=1e-3)
     return point, load_data(point)
 
@@ -292,3 +295,104 @@ def test_fused_on_a_wide_mlp_and_with_adam():
     fused, alone = replay(trace, point, data), replay(trace, point, data, batched=False)
     assert fused.rows == 1 and fused.plan.calls == 6
     assert torch.allclose(final(fused), final(alone), atol=TOL, rtol=0)
+
+
+# -- several replays at once ---------------------------------------------------------------------
+def _seeds(make_trace, seeds: list[int], **sets) -> tuple[list[dict], list[Trace], Data]:
+    points = [point_of(seed=s, **sets) for s in seeds]
+    return points, [make_trace(s) for s in seeds], load_data(points[0])
+
+
+def _replayers(points: list[dict], traces: list[Trace], data: Data) -> list[Replayer]:
+    return [Replayer(t, build_model(p), data, Optimizer(p["optimizer"], mean_staleness(t.inputs["staleness"])))
+            for p, t in zip(points, traces)]
+
+
+def _same_run(a: Replayer, b: Replayer) -> None:
+    """Bit for bit: final weights, curves, divergence."""
+    assert torch.equal(final(a), final(b))
+    assert len(a.curves) == len(b.curves)
+    for ra, rb in zip(a.curves, b.curves):
+        assert ra.keys() == rb.keys()
+        assert all(ra[k] == rb[k] or (np.isnan(ra[k]) and np.isnan(rb[k])) for k in ra)
+    assert (a.diverged, a.diverged_at_update, a.updates) == (b.diverged, b.diverged_at_update, b.updates)
+
+
+def _count_calls(monkeypatch) -> dict[str, int]:
+    calls = {"rows": 0, "fused": 0}
+    rows, fused = FlatModel.grad_batch, FlatModel.grad_weighted_batch
+
+    def count_rows(self, *a, **k):
+        calls["rows"] += 1
+        return rows(self, *a, **k)
+
+    def count_fused(self, *a, **k):
+        calls["fused"] += 1
+        return fused(self, *a, **k)
+
+    monkeypatch.setattr(FlatModel, "grad_batch", count_rows)
+    monkeypatch.setattr(FlatModel, "grad_weighted_batch", count_fused)
+    return calls
+
+
+def test_replays_at_once_equal_each_replay_alone_hardsync(monkeypatch):
+    # truth: each replay's own run(); three seeds (weights, data order) of a hardsync trace:
+    # one fused call per round for all three instead of three
+    from ddlsim.backends.replay_multi import replay_many, shares_calls
+
+    rounds = 10
+    points, traces, data = _seeds(lambda s: hardsync_trace(4, 6, rounds), [0, 1, 2])
+    traces = [Trace({**t.header, "data_seed": s}, t.ops, t.inputs) for s, t in enumerate(traces)]
+    alone = _replayers(points, traces, data)
+    for r in alone:
+        r.run()
+    together = _replayers(points, traces, data)
+    assert all(shares_calls(r) for r in together)
+    calls = _count_calls(monkeypatch)
+    curves = replay_many(together)
+    assert calls["fused"] == rounds  # was 3 × rounds one by one
+    for a, b, c in zip(alone, together, curves):
+        _same_run(a, b)
+        assert c is b.curves
+    assert not torch.equal(final(alone[0]), final(alone[1]))  # the seeds differ
+
+
+def test_replays_at_once_equal_each_replay_alone_rows(monkeypatch):
+    # truth: each replay's own run(); async traces of 4 learners: row batches of 4, three
+    # replays' rows in one call
+    from ddlsim.backends.replay_multi import replay_many
+
+    points, traces, data = _seeds(lambda s: async_trace(4, 4, 80), [3, 4, 5])
+    traces = [Trace({**t.header, "data_seed": s}, t.ops, t.inputs) for s, t in enumerate(traces)]
+    alone = _replayers(points, traces, data)
+    for r in alone:
+        r.run()
+    per_replay = len(alone[0].plan.batches)
+    together = _replayers(points, traces, data)
+    calls = _count_calls(monkeypatch)
+    replay_many(together)
+    assert calls["rows"] == per_replay < 80  # one shared call per step, not three
+    for a, b in zip(alone, together):
+        _same_run(a, b)
+
+
+def test_replays_at_once_with_one_diverging_and_other_models():
+    # truth: each replay's own run(): a diverging replay stops where it stops alone and the
+    # others go on; a CNN (vmap path, calls not shared) and an MLP of another data order
+    from ddlsim.backends.replay_multi import replay_many, shares_calls
+
+    data = load_data(point_of())
+    specs = [(point_of(seed=0), hardsync_trace(4, 6, 10)),
+             (point_of(seed=1, optimizer__lr=1e5), hardsync_trace(4, 6, 10)),
+             (point_of("rudra_cifar", seed=2), hardsync_trace(4, 6, 10)),
+             (point_of(seed=3), async_trace(4, 4, 40))]
+    points, traces = [p for p, _ in specs], [t for _, t in specs]
+    alone = _replayers(points, traces, data)
+    for r in alone:
+        r.run()
+    together = _replayers(points, traces, data)
+    assert [shares_calls(r) for r in together] == [True, True, False, True]
+    replay_many(together)
+    assert alone[1].diverged and not alone[0].diverged
+    for a, b in zip(alone, together):
+        _same_run(a, b)
