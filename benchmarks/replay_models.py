@@ -99,7 +99,11 @@ MODELS = {
     "digits": Model("digits MLP (9.6k)", "digits", "mlp", 32, 150, 3000),
     "mlp500k": Model("MLP 0.5M", "teacher", "mlp", 3900, 60, 900),
     "cnn": Model("rudra_cifar CNN (90k)", "cifar10", "rudra_cifar", 32, 25, 450),
+    # not in the default list (the CUDA check uses them): MNIST-1D's ConvBase and its MLP
+    "mnist1d_cnn": Model("MNIST-1D CNN (5k)", "mnist1d", "mnist1d_cnn", 32, 60, 1500),
+    "mnist1d_mlp": Model("MNIST-1D MLP (15k)", "mnist1d", "mnist1d_mlp", 32, 60, 1500),
 }
+DEFAULT_MODELS = "digits,mlp500k,cnn"
 
 
 def point_of(m: Model, seed: int = 0) -> dict:
@@ -284,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda (default cpu)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated, of {', '.join(MODELS)} "
+                    f"(default {DEFAULT_MODELS})")
     ap.add_argument("--replicates", type=int, default=3, help="replays in the multi-replay batch (0: skip it)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
