@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..analysis.metrics import spread, within_intervals
 from ..simulator.catalog import dataset_info
 from .advise_model import SAME, Advice, Candidate, is_number
 
@@ -113,9 +114,38 @@ def explain(a: Candidate, b: Candidate | None, budget_s: float | None,
 
 
 def margin(a: Candidate, b: Candidate | None, adv: Advice) -> str:
-    """A warning when the two errors differ by at most two test samples."""
+    """Warnings that the recommendation and the runner-up are not told apart: their errors
+    differ by at most two test samples, or, over their replicates, each one's mean lies within
+    the other's 95 % interval (errors at the budget; times to the target when both reach it)."""
     if b is None or a.error is None or b.error is None:
         return ""
+    return _sample_margin(a, b, adv) + _interval_margin(a, b, adv)
+
+
+def _measures(c: Candidate, adv: Advice) -> list[float]:
+    """What the goal measures of each replicate of ``c``: its error at the budget, or its time
+    to the target (only when every replicate reached it)."""
+    if adv.mode == "budget":
+        return [r.error_at(r.horizon) for r in c.reps if r.horizon is not None]
+    hits = [r.hit(adv.target_error) for r in c.reps] if adv.target_error is not None else []
+    return [h["sim_time_s"] for h in hits] if hits and all(hits) else []
+
+
+def _interval_margin(a: Candidate, b: Candidate, adv: Advice) -> str:
+    ma, mb = _measures(a, adv), _measures(b, adv)
+    if len(ma) < 2 or len(mb) < 2:
+        return ""
+    col = "error" if adv.mode == "budget" else "time to target"
+    sa, sb = spread(ma), spread(mb)
+    rows = [{f"x_{k}": v for k, v in sp.items()} for sp in (sa, sb)]
+    if not within_intervals(rows[0], rows[1], "x"):
+        return ""
+    return (f" Over their {len(ma)} and {len(mb)} seeds each one's mean {col} lies within the other's 95 % "
+            "interval: the replicates do not tell them apart.")
+
+
+def _sample_margin(a: Candidate, b: Candidate, adv: Advice) -> str:
+    """A warning when the two errors differ by at most two test samples."""
     if adv.mode == "target" and b.at_s is not None:
         return ""
     wl = a.point["workload"]
