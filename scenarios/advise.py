@@ -200,15 +200,15 @@ class Rungs:
                 todo.setdefault(where, []).append((rep, i, rp))
         for where, items in todo.items():
             kept = self._kept.setdefault(where, {})
-            if not self.resume:  # a result left by an earlier call is recomputed, as `ddlsim run` does
-                for _, _, rp in items:
-                    (where / "runs" / rp["_id"] / "result.json").unlink(missing_ok=True)
+            # a result left by an earlier call is recomputed, as `ddlsim run` does (overwritten in
+            # the results folder's way: ddlsim's own files only, never through a link)
+            fresh = set() if self.resume else {rp["_id"] for _, _, rp in items}
             for rep, _, rp in items:
                 kept[rep.point["_id"]] = rp  # the tables list each replicate's longest replay
             records = run_points(self.scenario, copy.deepcopy(list(kept.values())), where, backend="replay",
                                  options=self.options, jobs=self.jobs, resume=True, progress=self.progress,
                                  keep_others=True, engine=self.engine, executor=self.executor,
-                                 scheduler=self.scheduler)
+                                 scheduler=self.scheduler, recompute=fresh)
             by_id = {r["row"]["run_id"]: r for r in records}
             for rep, i, rp in items:
                 rec = by_id.get(rp["_id"])

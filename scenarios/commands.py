@@ -157,7 +157,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / safe_name(point["_id"])
     resolve_device(args.device)
     with ResultsFolder.open(out, force=args.force) as folder:
-        prepare_folder(folder, str(point.get("name", "replay")), {point["_id"]: point_hash(point)}, {point["_id"]},
+        replayed = f"{point_hash(point)}:{trace.header.get('run_id', '')}"  # the point and the trace it replays
+        prepare_folder(folder, str(point.get("name", "replay")), {point["_id"]: replayed}, {point["_id"]},
                        "replay", traces=False)
         from ..backends.base import RunOptions
         from ..backends.replay import ReplayBackend

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 from ..analysis.metrics import configurations
 from ..analysis.table import csv_safe
-from ..simulator.files import FileRefused, atomic_write, read_bounded
+from ..simulator.files import TEMP_MARK, FileRefused, atomic_write, read_bounded
 from ..simulator.results_folder import ResultsFolder
 from ..simulator.protocols import spec_of
 from .executors import make_executor, stop_executor
@@ -47,6 +47,7 @@ SIM_COLUMNS = ["gradients", "updates", "sim_time_s", "gradients_per_s", "stalene
 BACKEND_COLUMNS = ["final_test_error", "best_test_error", "time_to_target_s", "diverged", "did_not_learn"]
 COVERED = ["protocol.name", "cluster.learners", "cluster.minibatch", "protocol.n", "seed"]
 TAIL = ["error", "wall_s"]
+BACKEND_MARKS = {"final_test_error", "measured_time_s"}  # a row a backend ran (replay, live)
 TABLE_EVERY_S = 1.0
 TABLE_EVERY_POINT_UP_TO = 200
 CURVE_COLUMNS = ["run_id", "epoch", "updates", "sim_time_s", "test_error", "train_loss"]
@@ -137,7 +138,7 @@ def _write_or_link(trace: Any, path: Path, first: Path | None) -> Path:
 
     if first is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.link.tmp")
+        tmp = path.with_name(f".{path.name}.{TEMP_MARK}link.tmp")
         tmp.unlink(missing_ok=True)
         try:
             os.link(first, tmp)
@@ -219,12 +220,13 @@ def _json_default(o: Any) -> Any:
 
 
 def load_result(out_dir: Path, point: dict[str, Any], traces: bool = False,
-                keep_failed: bool = False) -> tuple[dict[str, Any] | None, str]:
+                keep_failed: bool = False, backend: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """``(record, "")`` when ``point``'s stored result can be kept, else ``(None, why)``.
 
     Kept only if ``result.json`` is a regular file of bounded size that parses, has the
     expected shape and types, is of this point (its hash) and its numbers are the ones
-    written (their checksum), the point did not fail (unless ``keep_failed``), its
+    written (their checksum), the point did not fail (unless ``keep_failed``), it holds a
+    backend's results when ``backend`` is given (not a simulation's only), its
     ``staleness.csv`` is there, and, with ``traces``, its trace file reads and verifies.
     """
     from ..simulator import trace as tracemod
@@ -247,6 +249,8 @@ def load_result(out_dir: Path, point: dict[str, Any], traces: bool = False,
         return None, "edited or corrupt result"
     if record["row"].get("error") is not None and not keep_failed:
         return None, "failed before"
+    if backend is not None and record["row"].get("error") is None and not BACKEND_MARKS & record["row"].keys():
+        return None, "simulated only"  # `run --resume` after `simulate`: the backend still has to run
     if record["row"].get("error") is None:
         if not (run_dir / "staleness.csv").is_file():
             return None, "missing staleness.csv"
@@ -338,12 +342,13 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
                resume: bool = False, executor: str = "local", scheduler: str | None = None,
                progress: bool = True, engine: str = "auto", traces: bool = False, keep_failed: bool = False,
                on_record: Callable[[dict[str, Any]], None] | None = None,
-               force: bool = False, keep_others: bool = False) -> list[dict[str, Any]]:
+               force: bool = False, keep_others: bool = False, recompute: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Run ``points`` (some or all of ``scenario``'s) into ``out_dir``; return the result
     records in their order. Without ``resume`` an existing result of a point is recomputed;
     with it, kept if it verifies (:func:`load_result`; failed points are retried unless
     ``keep_failed``). Points that differ only in keys the simulator ignores share one simulation
     (one task); ``keep_others``: runs of other points in ``out_dir`` stay (a cache of runs);
+    ``recompute``: run ids recomputed even with ``resume``;
     ``traces``: also write each point's ``trace.ddlt``; ``engine``: the
     simulator's (:func:`ddlsim.simulator.run.simulate`). ``out_dir`` is a
     :class:`~ddlsim.simulator.results_folder.ResultsFolder`: :func:`prepare_folder` refuses,
@@ -354,20 +359,21 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | 
         return _run_points_in(folder, scenario, points, backend=backend, options=options, jobs=jobs,
                               resume=resume, executor=executor, scheduler=scheduler, progress=progress,
                               engine=engine, traces=traces, keep_failed=keep_failed, on_record=on_record,
-                              keep_others=keep_others)
+                              keep_others=keep_others, recompute=set(recompute))
 
 
 def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[str, Any]], *,
                    backend: str | None, options: dict[str, Any] | None, jobs: int | None, resume: bool,
                    executor: str, scheduler: str | None, progress: bool, engine: str, traces: bool,
                    keep_failed: bool, on_record: Callable[[dict[str, Any]], None] | None,
-                   keep_others: bool) -> list[dict[str, Any]]:
+                   keep_others: bool, recompute: set[str]) -> list[dict[str, Any]]:
     out = folder.root  # absolute: workers (local or Dask) write here, whatever their cwd
     records: list[dict[str, Any] | None] = [None] * len(points)
     todo = []
     why: dict[str, int] = {}
     for idx, p in enumerate(points):
-        stored, reason = load_result(out, p, traces, keep_failed) if resume else (None, "")
+        stored, reason = (load_result(out, p, traces, keep_failed, backend) if resume and p["_id"] not in recompute
+                          else (None, ""))
         if stored is not None:
             records[idx] = stored
         else:

@@ -20,6 +20,7 @@ from typing import Iterable
 
 FILE_MODE = 0o644
 MAX_READ_BYTES = 64 << 20  # default bound of read_bounded
+TEMP_MARK = "ddlsim-"  # in every temporary's name (.NAME.ddlsim-XXXXXXXX.tmp): never a user's file
 
 
 class FileRefused(OSError):
@@ -59,7 +60,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[byte
     path = Path(path)
     check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{TEMP_MARK}", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             if isinstance(data, (bytes, bytearray, memoryview, str)):

@@ -29,10 +29,10 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
-from .files import FileRefused, atomic_write, check_target, read_bounded
+from .files import TEMP_MARK, FileRefused, atomic_write, check_target, read_bounded
 
 MANIFEST = ".ddlsim/manifest.json"
-TEMPORARY = re.compile(r"\.(.+)\.(?:[a-z0-9_]{8}|link)\.tmp")  # atomic_write's and a hard link's
+TEMPORARY = re.compile(r"\.(.+)\." + re.escape(TEMP_MARK) + r"(?:[a-z0-9_]{8}|link)\.tmp")  # atomic_write's, a link's
 MANIFEST_MAX_BYTES = 256 << 20
 FORMAT = 1
 
@@ -75,6 +75,9 @@ class ResultsFolder:
     def open(cls, root: str | os.PathLike[str], force: bool = False) -> "ResultsFolder":
         """The folder ``root`` (created if missing), locked for this process, manifest read."""
         given = Path(root)
+        outer = _enclosing(given)  # a folder inside one this process holds: no link on the way
+        if outer is not None and outer[1] != ".":
+            inside(*outer)
         if given.is_symlink() and not given.exists():
             raise FileRefused(f"{given}: is a symbolic link to nothing; name an existing folder or a new path")
         if given.exists() and not given.is_dir():
@@ -203,8 +206,8 @@ class ResultsFolder:
 
     def remove_temporaries(self) -> int:
         """Delete the temporaries an interrupted write of one of ddlsim's files left beside it
-        (``.NAME.XXXXXXXX.tmp``, as ``tempfile.mkstemp`` names them, or ``.NAME.link.tmp``), in
-        its folder only; how many."""
+        (``.NAME.ddlsim-XXXXXXXX.tmp`` as :func:`~ddlsim.simulator.files.atomic_write` names them,
+        or ``.NAME.ddlsim-link.tmp``), in its folder only; how many."""
         count = 0
         by_dir: dict[str, set[str]] = {}
         for f in self.files:
@@ -231,13 +234,29 @@ def place(directory: str | os.PathLike[str], force: bool = False) -> tuple[Resul
     results folder this process already holds that contains ``directory``, else
     ``directory`` itself."""
     d = Path(directory)
-    real = d.resolve() if d.exists() else d.absolute()
-    for root in sorted(_OPEN, key=lambda r: len(r.parts), reverse=True):
-        if real == root or root in real.parents:
-            rel = real.relative_to(root).as_posix()
-            inside(root, rel) if rel != "." else None
-            return ResultsFolder.open(root, force), "" if rel == "." else rel + "/"
-    return ResultsFolder.open(d, force), ""
+    outer = _enclosing(d)
+    if outer is None:
+        return ResultsFolder.open(d, force), ""
+    root, rel = outer
+    if rel == ".":
+        return ResultsFolder.open(root, force), ""
+    inside(root, rel)  # a link below the folder (figures/ → elsewhere) is refused, not followed
+    return ResultsFolder.open(root, force), rel + "/"
+
+
+def _enclosing(path: Path) -> tuple[Path, str] | None:
+    """The innermost results folder this process holds that contains ``path`` (compared by
+    the real path of each ancestor, so a link above the folder is allowed), and ``path``
+    relative to it, spelled as given below it (so a link below it is seen by :func:`inside`)."""
+    lexical = Path(os.path.abspath(path))
+    for anc in (lexical, *lexical.parents):
+        try:
+            real = anc.resolve()
+        except OSError:
+            continue
+        if real in _OPEN:
+            return real, lexical.relative_to(anc).as_posix()
+    return None
 
 
 def write_file(path: str | os.PathLike[str], data: Any, force: bool = False) -> Path:

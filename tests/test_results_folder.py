@@ -104,14 +104,16 @@ def test_the_users_files_in_out_survive_every_run(tmp_path: Path, scenario: Path
 def test_a_killed_writes_temporaries_go_and_the_users_stay(tmp_path: Path, scenario: Path, capsys) -> None:
     out = tmp_path / "o"
     assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
-    fd, name = tempfile.mkstemp(dir=out, prefix=".summary.csv.", suffix=".tmp")  # as atomic_write names it
+    fd, name = tempfile.mkstemp(dir=out, prefix=".summary.csv.ddlsim-", suffix=".tmp")  # as atomic_write names it
     os.write(fd, b"half")  # and leaves it when killed mid-write
     os.close(fd)
     left = Path(name)
     theirs = out / ".notes.tmp"
     theirs.write_text("mine")
+    backup = out / ".summary.csv.20241201.tmp"  # the user's backup, named much like a temporary
+    backup.write_text("mine too")
     assert run(capsys, "simulate", str(scenario), "--out", str(out), "--resume")[0] == 0
-    assert not left.exists() and theirs.read_text() == "mine"
+    assert not left.exists() and theirs.read_text() == "mine" and backup.read_text() == "mine too"
 
 
 def test_nothing_is_written_or_deleted_through_a_symbolic_link(tmp_path: Path, scenario: Path, capsys) -> None:
@@ -240,3 +242,59 @@ def test_a_warning_is_one_line_without_a_source_location(simulated_results: Path
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr.strip().splitlines()
     assert err and all(e.startswith("ddlsim: warning: ") and ".py:" not in e for e in err), err
+
+
+def test_advise_deletes_nothing_through_a_link(tmp_path: Path, capsys) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    args = ["advise", "demo", "--quiet", "--budget-s", "1", "--replay", "1", "--device", "cpu", "--set",
+            "workload.epochs=0.1", "--set", "cluster.learners=2", "--set", "cluster.minibatch=8", "--set", "replicates=1"]
+    assert main(args + ["--out", str(tmp_path / "a1")]) in (0, 1)
+    for rid in os.listdir(tmp_path / "a1" / "replay" / "runs"):
+        (victim / rid).mkdir()
+        (victim / rid / "result.json").write_text("precious")
+    before = snapshot(victim)
+    capsys.readouterr()
+    for link in ("replay/runs", "replay"):  # a link at either level below --out
+        out = tmp_path / f"a-{link.replace('/', '-')}"
+        (out / link).parent.mkdir(parents=True, exist_ok=True)
+        (out / link).symlink_to(victim)
+        refused(main(args + ["--out", str(out)]), capsys.readouterr().err, "symbolic link")
+        assert snapshot(victim) == before
+
+
+def test_a_replay_of_another_trace_does_not_replace_the_first(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO + '[sweep]\n"seed" = [0, 1]\n')
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "sim"), "--traces")[0] == 0
+    a, b = sorted((tmp_path / "sim" / "runs").glob("*/trace.ddlt"))
+    out = tmp_path / "r"
+    common = ["--scenario", str(tmp_path / "s.toml"), "--out", str(out), "--device", "cpu", "--no-report"]
+    assert main(["replay", str(a)] + common) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    refused(main(["replay", str(b)] + common), capsys.readouterr().err, "replace 1 runs")
+    assert snapshot(out) == before
+
+
+def test_run_resume_after_simulate_replays(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "o"
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(out))[0] == 0
+    assert run(capsys, "run", str(tmp_path / "s.toml"), "--out", str(out), "--resume", "--no-report",
+               "--device", "cpu")[0] == 0
+    (row,) = csv.DictReader(open(out / "summary.csv", newline=""))
+    assert row["final_test_error"] not in ("", None)
+
+
+def test_figures_are_not_written_through_a_linked_figures_folder(simulated_results: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    figs = simulated_results / "figures"
+    if figs.exists():
+        import shutil
+
+        shutil.rmtree(figs)
+    figs.symlink_to(elsewhere)
+    refused(main(["plot", str(simulated_results)]), capsys.readouterr().err, "symbolic link")
+    assert list(elsewhere.iterdir()) == []

@@ -105,7 +105,7 @@ def test_resume_recomputes_exactly_the_damaged_point(tmp_path: Path, damage: str
     elif damage == "directory result":
         result.unlink()
         result.mkdir()
-    (tmp_path / ".summary.csv.x1y2z3w4.tmp").write_text("left by a killed write")  # as mkstemp names it
+    (tmp_path / ".summary.csv.ddlsim-x1y2z3w4.tmp").write_text("left by a killed write")  # as atomic_write names it
     ran: list[str] = []
     real = runner.run_task
     monkeypatch.setattr(runner, "run_task", lambda task: (ran.extend(p["_id"] for p in task.points), real(task))[1])
