@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from ..simulator.trace import APPLY, EVAL, Trace
-from .optim import mean_staleness
 
 UNTIL_EPOCH = "_until_epoch"  # a point's key: replay its trace up to the evaluation at this epoch
 EPS = 1e-9                    # slack on "at or before epoch e" (epochs are float sums)
@@ -50,6 +49,8 @@ def prefix(trace: Trace, until: float) -> Trace:
     applies = kept["kind"] == APPLY
     n_in = int(kept["in_count"][applies].sum())  # inputs are in apply order: a prefix of them
     header = dict(trace.header)
+    from .optim import mean_staleness  # (torch: not at import, so advise's argument checks stay quick)
+
     header.setdefault("mean_staleness", mean_staleness(trace.inputs["staleness"]))
     return Trace(header, kept, {c: v[:n_in] for c, v in trace.inputs.items()})
 
