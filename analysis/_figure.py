@@ -101,8 +101,8 @@ def fmt_seconds(v: float) -> str:
 
 def percent_axis(ax: Axes, axis: str = "y") -> None:
     """Show a 0–1 error axis in percent."""
-    f = FuncFormatter(lambda v, _pos: f"{100 * v:.0f}%" if abs(100 * v - round(100 * v)) < 1e-9
-                      else f"{100 * v:.1f}%")
+    f = FuncFormatter(lambda v, _pos: "" if not math.isfinite(100 * v) else f"{100 * v:.0f}%"
+                      if abs(100 * v - round(100 * v)) < 1e-9 else f"{100 * v:.1f}%")
     (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(f)
 
 

@@ -116,7 +116,13 @@ def figure_bytes(fig: Figure, fmt: str, dpi: int = 110) -> bytes:
 
 def render_bytes(results: Results, formats: tuple[str, ...] = FORMATS) -> list[tuple[FigureSpec, dict[str, bytes]]]:
     """Each applicable figure of ``results`` drawn once and encoded in every one of ``formats``."""
-    return [(spec, {fmt: figure_bytes(fig, fmt) for fmt in formats}) for spec, fig in render(results)]
+    out = []
+    for spec, fig in render(results):
+        try:
+            out.append((spec, {fmt: figure_bytes(fig, fmt) for fmt in formats}))
+        except (ValueError, OverflowError) as e:  # a number near the float limit in a hand-edited table
+            warnings.warn(f"figure {spec.name!r} skipped: {type(e).__name__}: {e}", stacklevel=2)
+    return out
 
 
 def save_figures(rendered: list[tuple[FigureSpec, dict[str, bytes]]], out: Path, force: bool = False) -> list[Path]:

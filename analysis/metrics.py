@@ -64,7 +64,10 @@ def spread(values: Iterable[Any]) -> dict[str, Any]:
     m = math.fsum(xs) / n
     out.update(mean=m, min=min(xs), max=max(xs))
     if n >= 2:
-        s = math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1))
+        try:
+            s = math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (n - 1))
+        except OverflowError:  # values near the float limit (a hand-edited cell): no interval
+            return out
         half = t975(n - 1) * s / math.sqrt(n)
         out.update(ci_low=m - half, ci_high=m + half)
     return out

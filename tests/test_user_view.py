@@ -475,3 +475,27 @@ def test_advise_refuses_a_negative_top_before_any_work(tmp_path: Path, capsys: p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--top = -1" in err
     assert not out.exists()
+
+
+def test_numbers_at_the_float_limit_in_hand_edited_tables_are_no_traceback(tmp_path) -> None:
+    # truth: the guarantee of docs/robustness.md (hand-edited results folders: no traceback)
+    import csv as _csv
+    import subprocess
+    import sys
+
+    (tmp_path / "s.toml").write_text('name = "edge"\nreplicates = 2\n[workload]\nepochs = 0.3\n[cluster]\n'
+                                     'learners = 2\nminibatch = 8\n[protocol]\nname = "async"\n')
+    out = tmp_path / "o"
+    run = [sys.executable, "-m", "ddlsim"]
+    proc = subprocess.run(run + ["run", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", "--device", "cpu",
+                                 "--no-report"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for name, col in (("summary.csv", "final_test_error"), ("summary.csv", "staleness_mean"),
+                      ("curves.csv", "test_error")):
+        rows = list(_csv.reader(open(out / name, newline="")))
+        rows[1][rows[0].index(col)] = "1e308"
+        with open(out / name, "w", newline="") as f:
+            _csv.writer(f).writerows(rows)
+    for cmd in ("plot", "report"):
+        proc = subprocess.run(run + [cmd, str(out)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
