@@ -15,7 +15,7 @@ different recent weights version (staleness λ − 1, one apply per gradient, SG
   the batched replay's final weights: the printed max |Δw| is that check);
 * ``replay 1-at-a-time`` and ``replay batched``: ddlsim's replay of the trace.
 
-Targets (issue 14): batched ≥ 0.75× hand-batched and ≥ 4× the bare loop; one-at-a-time
+Targets: batched ≥ 0.75× hand-batched and ≥ 4× the bare loop; one-at-a-time
 ≥ 1.0× the torch.optim loop.
 
 Gossip case (``--gossip``): simulated 8-node SGP traces (1 peer, μ = 16, 20 epochs of
