@@ -473,7 +473,13 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
     of interrupted writes go, and the planned files and runs are recorded. ``keep_others``:
     the folder is a cache of runs (advise's replays), and runs of other points stay.
     """
-    dropped = [] if keep_others else [r for r in folder.runs if r not in hashes]
+    others = [] if keep_others else [r for r in folder.runs if r not in hashes]
+    # a run recorded but never completed (a first sweep interrupted) holds no results to lose
+    dropped = [r for r in others if os.path.lexists(folder.root / "runs" / r / RESULT)]
+    for r in others:
+        if r not in dropped:
+            folder.remove(folder.under(f"runs/{r}/"))
+            del folder.runs[r]
     changed = [r for r in redo if r in folder.runs and folder.runs[r].get("hash") != hashes[r]]
     lost = [r for r in redo if r in folder.runs and folder.runs[r].get("backend") not in (None, backend)]
     if (dropped or changed or lost) and not folder.force:

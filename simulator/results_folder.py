@@ -161,6 +161,8 @@ class ResultsFolder:
         rels = list(rels)
         for r in rels:
             check_target(inside(self.root, r))  # a link, a directory, a device: never, even with force
+            if r.split("/", 1)[0] == MANIFEST.split("/", 1)[0]:
+                raise FileRefused(f"{self.root / r}: is ddlsim's record of this folder's files; name another file")
         theirs = self.foreign(rels)
         if theirs and not self.force:
             shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")

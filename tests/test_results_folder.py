@@ -298,3 +298,19 @@ def test_figures_are_not_written_through_a_linked_figures_folder(simulated_resul
     figs.symlink_to(elsewhere)
     refused(main(["plot", str(simulated_results)]), capsys.readouterr().err, "symbolic link")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_an_interrupted_first_sweep_does_not_block_the_next(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    with ResultsFolder.open(out) as folder:  # what a first sweep records before its runs complete
+        folder.runs["never-ran"] = {"hash": "x", "backend": None}
+        folder.claim(["runs/never-ran/staleness.csv"])
+    assert run(capsys, "simulate", str(scenario), "--out", str(out))[0] == 0
+    assert "never-ran" not in json.loads((out / MANIFEST).read_text())["runs"]
+
+
+def test_the_manifest_is_not_a_report_target(simulated_results: Path, capsys) -> None:
+    for force in ([], ["--force"]):
+        refused(main(["report", str(simulated_results), "--out", str(simulated_results / MANIFEST)] + force),
+                capsys.readouterr().err, "record of this folder's files")
+    assert json.loads((simulated_results / MANIFEST).read_text())["files"]
