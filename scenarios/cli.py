@@ -32,7 +32,11 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario:
     if backend:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
                    "batched": not args.no_batch, "stacked": args.stacked}
-    with ResultsFolder.open(out, force=args.force):
+    with ResultsFolder.open(out, force=args.force) as folder:
+        if getattr(args, "report", False):  # the figures and report come last: refuse a file of yours now
+            from ..analysis.figures import FIGURES, FORMATS
+
+            folder.claim([f"figures/{f.name}.{fmt}" for f in FIGURES for fmt in FORMATS] + ["report.html"])
         if getattr(args, "prune", False):  # successive halving of the sweep's replays (docs/advise.md)
             from .advise import prune_sweep, pruned_words
 

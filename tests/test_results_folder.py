@@ -314,3 +314,11 @@ def test_the_manifest_is_not_a_report_target(simulated_results: Path, capsys) ->
         refused(main(["report", str(simulated_results), "--out", str(simulated_results / MANIFEST)] + force),
                 capsys.readouterr().err, "record of this folder's files")
     assert json.loads((simulated_results / MANIFEST).read_text())["files"]
+
+
+def test_a_figure_of_yours_is_refused_before_the_sweep_runs(tmp_path: Path, scenario: Path, capsys) -> None:
+    out = tmp_path / "o"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "pareto.png").write_bytes(b"mine")
+    refused(*run(capsys, "simulate", str(scenario), "--out", str(out), "--report"), "figures/pareto.png")
+    assert not (out / "summary.csv").exists() and (out / "figures" / "pareto.png").read_bytes() == b"mine"
