@@ -129,6 +129,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_trace_of(trace: Any, point: dict[str, Any], args: argparse.Namespace) -> None:
+    """Refuse (unless ``--force``) a ``--scenario`` point that is not the one the trace ran:
+    another protocol, or another number of learners or nodes (a PS trace's learners are the
+    ones its gradients name)."""
+    import numpy as np
+
+    from ..simulator import trace as tracemod
+    from ..simulator.protocols.catalog import PS, SPECS
+
+    proto = trace.header.get("protocol")
+    spec = SPECS.get(proto or "")
+    if spec is None or args.force:
+        return
+    grads = trace.ops["node"][trace.ops["kind"] == tracemod.GRAD]
+    members = int(grads.max()) + 1 if spec.family == PS and len(grads) else int(trace.header.get("nodes", 0))
+    want = (point["protocol"]["name"], point["cluster"]["learners"])
+    if (proto, members) != want and not (spec.family == PS and not len(grads) and proto == want[0]):
+        raise ScenarioError(f"{args.trace}: the trace ran {proto} with {members} learners or nodes, but --scenario "
+                            f"{args.scenario} point {args.point} is {want[0]} with {want[1]}: choose that point "
+                            "(--point N, --set), or --force")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay one trace (a live run's, a torchrun run's or a simulated one) into a results
     folder: summary.csv, curves.csv, the figures and the report."""
@@ -147,6 +169,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not 0 <= args.point < len(points):
             raise ScenarioError(f"--point {args.point}: the sweep has {len(points)} points")
         point = points[args.point]
+        _check_trace_of(trace, point, args)
     elif "replay_point" in trace.header:
         point = {**recorded_point(f"{args.trace}: header 'replay_point'", trace.header["replay_point"]),
                  "_id": f"replay-{Path(args.trace).parent.name or 'trace'}"}
@@ -245,5 +268,5 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
     p.add_argument("--force", action="store_true",
-                   help="write into a folder that holds other results or files ddlsim did not write")
+                   help="write into a folder that holds other results or files ddlsim did not write, or replay a trace with a --scenario point it did not run")
     p.set_defaults(func=cmd_replay)

@@ -322,3 +322,14 @@ def test_a_figure_of_yours_is_refused_before_the_sweep_runs(tmp_path: Path, scen
     (out / "figures" / "pareto.png").write_bytes(b"mine")
     refused(*run(capsys, "simulate", str(scenario), "--out", str(out), "--report"), "figures/pareto.png")
     assert not (out / "summary.csv").exists() and (out / "figures" / "pareto.png").read_bytes() == b"mine"
+
+
+def test_replay_refuses_a_scenario_point_the_trace_did_not_run(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)  # async, 2 learners
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "sim"), "--traces")[0] == 0
+    (trace,) = (tmp_path / "sim" / "runs").glob("*/trace.ddlt")
+    common = ["--out", str(tmp_path / "r"), "--device", "cpu", "--no-report"]
+    refused(main(["replay", str(trace), "--scenario", str(tmp_path / "s.toml"), "--set", "cluster.learners=4"]
+                 + common), capsys.readouterr().err, "the trace ran async with 2", "is async with 4")
+    assert not (tmp_path / "r" / "summary.csv").exists()
+    assert main(["replay", str(trace), "--scenario", str(tmp_path / "s.toml")] + common) == 0
