@@ -476,10 +476,6 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
     others = [] if keep_others else [r for r in folder.runs if r not in hashes]
     # a run recorded but never completed (a first sweep interrupted) holds no results to lose
     dropped = [r for r in others if os.path.lexists(folder.root / "runs" / r / RESULT)]
-    for r in others:
-        if r not in dropped:
-            folder.remove(folder.under(f"runs/{r}/"))
-            del folder.runs[r]
     changed = [r for r in redo if r in folder.runs and folder.runs[r].get("hash") != hashes[r]]
     lost = [r for r in redo if r in folder.runs and folder.runs[r].get("backend") not in (None, backend)]
     if (dropped or changed or lost) and not folder.force:
@@ -500,12 +496,13 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
     for r in hashes:  # and the kept runs' files (verified by load_result) that are there
         planned += [f for f in run_files(r, backend, traces) if r in redo or os.path.lexists(folder.root / f)]
     folder.claim(planned)
-    stale = [f for r in dropped for f in folder.under(f"runs/{r}/")]
+    gone = set(others)  # the dropped runs, and the recorded ones that never completed
+    stale = [f for f in folder.files if f.startswith("runs/") and f.split("/", 2)[1] in gone]
     if redo or dropped:
         stale += [f for d in DERIVED for f in folder.under(d)]
     folder.remove(stale)
     folder.remove_temporaries()
-    for r in dropped:
+    for r in gone:
         del folder.runs[r]
     for r, h in hashes.items():
         if r in redo or r not in folder.runs:

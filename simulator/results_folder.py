@@ -216,9 +216,8 @@ class ResultsFolder:
             parent, _, name = f.rpartition("/")
             by_dir.setdefault(parent, set()).add(name)
         for parent, names in by_dir.items():
-            d = self.root / parent if parent else self.root
             try:
-                inside(self.root, parent) if parent else None
+                d = inside(self.root, parent) if parent else self.root  # never scanned through a link
                 entries = list(os.scandir(d))
             except (OSError, FileRefused):
                 continue
