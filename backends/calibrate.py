@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from ..simulator.catalog import SIMULATION_ONLY_MODELS, TRAINABLE_MODELS, dataset_info, param_count
+from ..simulator.compute import PROFILE_HEAD
 from ..simulator.files import atomic_write
 from .base import BackendError
 from .device import torch_threads
@@ -183,7 +184,7 @@ def calibrate(model: str, dataset: str, device: str, minibatches: list[int], out
     if network and cycle is not None:
         lat, round_trip = time_cycle(cycle(apply_s, bw))
     lines = [
-        f"# ddlsim compute profile: {model} on {dataset}, device {device}, measured {time.strftime('%Y-%m-%d')}",
+        f"{PROFILE_HEAD}: {model} on {dataset}, device {device}, measured {time.strftime('%Y-%m-%d')}",
         f'model = "{model}"', f'dataset = "{dataset}"', f'device = "{device}"',
         f"minibatch = {minibatches}",
         "seconds = [" + ", ".join(f"{s:.6g}" for s in seconds) + "]",

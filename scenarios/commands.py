@@ -10,6 +10,7 @@ from typing import Any
 from ..backends.device import resolve_device
 from ..simulator.catalog import FILE_DATASETS, TRAINABLE_MODELS
 from .cli_common import out_dir, resolve_scenario, safe_name
+from ..simulator.compute import PROFILE_HEAD
 from ..simulator.files import check_target, read_bounded
 from ..simulator.results_folder import ResultsFolder
 from .schema import ScenarioError
@@ -57,9 +58,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-PROFILE_HEAD = b"# ddlsim compute profile"  # the first line calibrate writes
-
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..backends.calibrate import calibrate, cycle_scenario
 
@@ -75,7 +73,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
     check_target(out)  # a link (dangling or not), a directory, a device: refused before anything
     existed = out.exists()
-    if existed and not args.force and not read_bounded(out, 1 << 20, "profile").startswith(PROFILE_HEAD):
+    if existed and not args.force and not read_bounded(out, 1 << 20, "profile").startswith(PROFILE_HEAD.encode()):
         raise ScenarioError(f"--out {out}: exists and is not a profile ddlsim wrote; name another file, or --force")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a"):  # writable? (fails now, not after the measurements)
@@ -133,8 +131,6 @@ def _check_trace_of(trace: Any, point: dict[str, Any], args: argparse.Namespace)
     """Refuse (unless ``--force``) a ``--scenario`` point that is not the one the trace ran:
     another protocol, or another number of learners or nodes (a PS trace's learners are the
     ones its gradients name)."""
-    import numpy as np
-
     from ..simulator import trace as tracemod
     from ..simulator.protocols.catalog import PS, SPECS
 

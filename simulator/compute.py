@@ -22,6 +22,7 @@ import numpy as np
 from . import seeds
 from .files import FileRefused, read_bounded
 
+PROFILE_HEAD = "# ddlsim compute profile"  # the first line of every profile calibrate writes
 CHUNK = 4096
 PROFILE_MAX_BYTES = 1 << 20
 MAX_MINIBATCH = 10**7   # the largest μ a scenario or a profile may name
