@@ -332,7 +332,7 @@ def _summary_table(summary: Table) -> tuple[str, str]:
                 '<input type="radio" class="control" name="sort" id="sort-none" checked>'
                 + "".join(f'<input type="radio" class="control" name="sort" id="sort-{k}-{d}">'
                           for k in range(len(columns)) for d in "ad"))
-    links = (f'<p class="controls">Click a heading to sort (▲ ascending, ▼ descending; '
+    links = ('<p class="controls">Click a heading to sort (▲ ascending, ▼ descending; '
              f'<label for="sort-none">table order</label>) · '
              + (f'<label for="all-columns">show or hide the other {len(rest)} columns</label> '
                 f"({_esc(', '.join(rest))})" if rest else "every column shown") + "</p>")

@@ -37,8 +37,7 @@ from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.replay_plan import (BATCH_CAP, FUSED, FUSED_IN_BUFFER, ROWS, STACK_BUDGET_BYTES,
                                          STACK_MIN_ROWS, batch_rows, capped)
 from ddlsim.backends.workloads import Data, build_model, load_data
-from ddlsim.simulator.catalog import DatasetInfo
-from ddlsim.simulator.dataorder import SampleStream, global_slice_start, shard_start
+from ddlsim.simulator.dataorder import SampleStream, shard_start
 from ddlsim.simulator.trace import Trace, TraceBuilder
 from tests.conftest import make_point
 
