@@ -333,7 +333,7 @@ def _summary_table(summary: Table) -> tuple[str, str]:
                 + "".join(f'<input type="radio" class="control" name="sort" id="sort-{k}-{d}">'
                           for k in range(len(columns)) for d in "ad"))
     links = ('<p class="controls">Click a heading to sort (▲ ascending, ▼ descending; '
-             f'<label for="sort-none">table order</label>) · '
+             '<label for="sort-none">table order</label>) · '
              + (f'<label for="all-columns">show or hide the other {len(rest)} columns</label> '
                 f"({_esc(', '.join(rest))})" if rest else "every column shown") + "</p>")
     return (f'{note}<div class="sortable">{controls}{links}'
