@@ -156,7 +156,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ..simulator import trace as trace_io
     from ..simulator.stats import staleness_histogram, staleness_stats
     from .load import load, point_hash, recorded_point
-    from .runner import _staleness_csv, lead_values, prepare_folder, store_result, write_tables
+    from .runner import staleness_csv, lead_values, prepare_folder, store_result, write_tables
 
     trace = trace_io.read(args.trace)
     trace_io.check_replayable(trace, args.trace)  # before any scenario, data or model is loaded
@@ -196,7 +196,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
         folder.write("scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
                                                   "target_error": point["workload"]["target_error"]}))
-        folder.write(f"runs/{point['_id']}/staleness.csv", _staleness_csv(staleness_histogram(trace)))
+        folder.write(f"runs/{point['_id']}/staleness.csv", staleness_csv(staleness_histogram(trace)))
         store_result(out, record)
         write_tables(out, [record])
         _replay_report(args, row, out)

@@ -53,7 +53,7 @@ class Scenario:
         return expand(self)
 
 
-def _fmt(value: Any) -> str:
+def fmt_value(value: Any) -> str:
     """A value as a message shows it, on one short line: an integer of any size by its magnitude
     (never its thousands of digits), a long string or list cut short."""
     if isinstance(value, bool):
@@ -67,7 +67,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     if isinstance(value, list):
-        items = [_fmt(v) if not isinstance(v, str) else json.dumps(v) for v in value[:8]]
+        items = [fmt_value(v) if not isinstance(v, str) else json.dumps(v) for v in value[:8]]
         return "[" + ", ".join(items) + (f", … ({len(value):,} values)" if len(value) > 8 else "") + "]"
     return str(value)
 
@@ -129,7 +129,7 @@ def _validated(where: str, key: str, value: Any) -> Any:
         raise ScenarioError(f"{where}: key '{key}' = table: expected a {f.kind}")
     value, problem = check_value(f, value)
     if problem:
-        raise ScenarioError(f"{where}: key '{key}' = {_fmt(value)}: {problem}")
+        raise ScenarioError(f"{where}: key '{key}' = {fmt_value(value)}: {problem}")
     return value
 
 
@@ -187,7 +187,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         if key not in FIELD_BY_KEY:
             raise _unknown(where, key)
         if not isinstance(values, list) or not values:
-            raise ScenarioError(f"{where} key '{key}' = {_fmt(values)}: expected a non-empty array")
+            raise ScenarioError(f"{where} key '{key}' = {fmt_value(values)}: expected a non-empty array")
         raw_axes[key] = (f"{path}: [sweep] '{key}'", values)
         explicit.add(key)
     for text_kv in overrides or []:
@@ -213,7 +213,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
                             "split it into several scenarios")
     if "replicates" in raw_axes:
         where, values = raw_axes["replicates"]
-        raise ScenarioError(f"{where}: key 'replicates' = {_fmt(values)}: cannot be swept (it is how many seeds "
+        raise ScenarioError(f"{where}: key 'replicates' = {fmt_value(values)}: cannot be swept (it is how many seeds "
                             "every configuration runs with); set one number")
     for key, (where, values) in raw_axes.items():
         axes[key] = _axis(where, key, values)
@@ -239,8 +239,8 @@ def _check_seeds(path: str, base: dict[str, Any], axes: dict[str, list[Any]]) ->
         runs = sorted(s + r for s in seeds for r in range(reps))
         twice = next((a for a, b in zip(runs, runs[1:]) if a == b), None)
         if twice is not None:
-            raise ScenarioError(f"{path}: key 'replicates' = {reps} with seed swept over {_fmt(seeds)}: seed "
-                                f"{_fmt(twice)} would run twice; space the seeds at least {reps} apart")
+            raise ScenarioError(f"{path}: key 'replicates' = {reps} with seed swept over {fmt_value(seeds)}: seed "
+                                f"{fmt_value(twice)} would run twice; space the seeds at least {reps} apart")
 
 
 def _frozen(value: Any) -> Any:
@@ -256,7 +256,7 @@ def _axis(where: str, key: str, values: list[Any]) -> list[Any]:
     for v in out:
         frozen = _frozen(v)
         if frozen in seen:
-            raise ScenarioError(f"{where}: key '{key}' lists {_fmt(v)} twice")
+            raise ScenarioError(f"{where}: key '{key}' lists {fmt_value(v)} twice")
         seen.add(frozen)
     return out
 
@@ -364,7 +364,7 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
         point = _tree_copy(scenario.base)
         for k, v in zip(keys, combo):
             set_dotted(point, k, _tree_copy(v))
-        label = "".join(f", {k}={_fmt(v)}" for k, v in zip(keys, combo))
+        label = "".join(f", {k}={fmt_value(v)}" for k, v in zip(keys, combo))
         _check_point(scenario.path, point, f" (at sweep point{label[1:]})" if label else "", scenario.explicit,
                      scenario.data_sizes)
         first = point["seed"]

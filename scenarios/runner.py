@@ -79,7 +79,7 @@ def lead_values(point: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _staleness_csv(hist: list[tuple[int, int]]) -> bytes:
+def staleness_csv(hist: list[tuple[int, int]]) -> bytes:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["staleness", "count"])
@@ -106,7 +106,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     try:
         sim = simulate(task.points[0], task.engine, keep_trace=bool(task.traces or task.backend))
         evals = [[float(t), float(e)] for t, e in sim.evals]
-        stale = _staleness_csv(sim.histogram)
+        stale = staleness_csv(sim.histogram)
         first_trace: Path | None = None
         for p, row in zip(task.points, rows):
             run_dir = out / "runs" / p["_id"]

@@ -53,7 +53,7 @@ def read_profile(profile: str) -> dict[str, Any]:
     time ≥ 0, a bandwidth ≥ 1 B/s or inf); anything else is one ScenarioError line naming the
     file, the key and the value."""
     from ..simulator.compute import ProfileError, load_profile
-    from .load import _fmt
+    from .load import fmt_value
     from .schema import FIELD_BY_KEY, check_value
 
     try:
@@ -71,7 +71,7 @@ def read_profile(profile: str) -> dict[str, Any]:
         if key in data.get(table, {}):
             value, problem = check_value(FIELD_BY_KEY[target], data[table][key])
             if problem:
-                raise ScenarioError(f"--profile {profile}: [{table}] {key} = {_fmt(data[table][key])}: {problem}")
+                raise ScenarioError(f"--profile {profile}: [{table}] {key} = {fmt_value(data[table][key])}: {problem}")
             data[table][key] = value
     if "minibatch" in data or "seconds" in data:  # the compute table the simulation will read, checked now
         try:
