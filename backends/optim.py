@@ -419,3 +419,52 @@ class Optimizer:
             adagrad_update_rows_(x, g, state, lr, self.weight_decay, w, self.eps, out=out)
         else:
             sgd_update_rows_(x, g, state, lr, self.momentum, self.nesterov, self.weight_decay, w, out)
+
+
+def pseudo_gradient(global_x: Tensor, local_xs: Sequence[Tensor]) -> Tensor:
+    """DiLoCo's outer gradient ``Δ = θ_global − Σ_i (θ_i / n)`` (the nodes' mean divided first,
+    then summed in node order, as torch's ``average_parameters``); ``local_xs`` may also be
+    one (n, P) tensor of rows."""
+    n = len(local_xs)
+    mean = torch.div(local_xs[0], n)
+    for x in local_xs[1:]:
+        mean.add_(x / n)
+    return torch.sub(global_x, mean)
+
+
+class OuterOptimizer:
+    """DiLoCo's outer step (Douillard et al. 2023): ``torch.optim.SGD(lr=outer_lr,
+    momentum=outer_momentum, nesterov=outer_momentum > 0)`` on the pseudo-gradient
+    (:func:`pseudo_gradient`), by :func:`sgd_update` (``buf ← Δ + μ·buf``;
+    ``θ ← θ − lr·(Δ + μ·buf)``). With lr 1 and momentum 0 the new global weights are the
+    nodes' mean (to one rounding: ``θ − (θ − mean)``). A bad rate or momentum raises
+    ValueError naming ``protocol.outer_lr`` / ``protocol.outer_momentum``."""
+
+    def __init__(self, outer_lr: float, outer_momentum: float = 0.0) -> None:
+        if isinstance(outer_lr, bool) or not isinstance(outer_lr, (int, float)) \
+                or not (math.isfinite(outer_lr) and outer_lr > 0):
+            raise ValueError(f"protocol.outer_lr = {outer_lr!r}: expected a finite number > 0")
+        if isinstance(outer_momentum, bool) or not isinstance(outer_momentum, (int, float)) \
+                or not (0.0 <= float(outer_momentum) < 1.0):
+            raise ValueError(f"protocol.outer_momentum = {outer_momentum!r}: expected a number ≥ 0 and < 1")
+        self.lr = float(outer_lr)
+        self.momentum = float(outer_momentum)
+        self.buf: Tensor | None = None
+
+    def step(self, global_x: Tensor, local_xs: Sequence[Tensor]) -> Tensor:
+        """The new global weights after one outer step from ``global_x`` towards the nodes'
+        weights ``local_xs`` (a new tensor; the momentum buffer is kept)."""
+        return self.step_delta(global_x, pseudo_gradient(global_x, local_xs))
+
+    def step_delta(self, global_x: Tensor, delta: Tensor) -> Tensor:
+        """The new global weights after one outer step on the pseudo-gradient ``delta``."""
+        new_x, self.buf = sgd_update(global_x, delta, self.buf, self.lr, self.momentum,
+                                     self.momentum > 0, own_state=self.buf is not None)
+        return new_x
+
+    def step_rows_(self, global_x: Tensor, delta: Tensor, buf: Tensor | None) -> None:
+        """:meth:`step_delta` on rows (several replays' global weights (R, P) with their
+        pseudo-gradients and momentum rows ``buf``, zeros before the first step; None
+        without momentum), in place, by :func:`sgd_update_rows_`."""
+        sgd_update_rows_(global_x, delta, buf if self.momentum > 0 else None, self.lr, self.momentum,
+                         self.momentum > 0)

@@ -20,6 +20,7 @@ from ddlsim.backends.compression import (
     orthogonalize_,
     round_trip,
 )
+from ddlsim.backends.optim import OuterOptimizer, pseudo_gradient
 from ddlsim.simulator.compression_bytes import (
     allreduce_payloads,
     bytes_sent,
@@ -284,3 +285,43 @@ def test_powersgd_is_ddps_powersgd_hook(hook_records: tuple[dict, dict], name: s
     assert worst <= 1e-6
     # by hand: every weight at rank 1; at rank 3 e (3 × 6) would send 3·9 > 18, so it goes whole
     assert len(state.compressed) == {1: 5, 3: 4}[rank]
+
+
+# ---- DiLoCo's outer step (backends/optim.py) ---------------------------------------------------
+
+@pytest.mark.parametrize("lr,momentum", [(0.7, 0.9), (1.0, 0.0), (0.3, 0.5)])
+def test_outer_step_is_torch_sgd_nesterov_on_the_pseudo_gradient(lr: float, momentum: float) -> None:
+    gen = torch.Generator().manual_seed(21)
+    theta = torch.randn(30, generator=gen)
+    ref = torch.nn.Parameter(theta.clone())
+    torch_opt = torch.optim.SGD([ref], lr=lr, momentum=momentum, nesterov=momentum > 0)
+    outer = OuterOptimizer(lr, momentum)
+    rows_x = torch.stack([theta.clone(), theta.clone()])
+    rows_buf = torch.zeros_like(rows_x)
+    for _ in range(6):
+        locals_ = [theta + 0.1 * torch.randn(30, generator=gen) for _ in range(4)]
+        delta = pseudo_gradient(theta, locals_)
+        want_delta = theta.double().numpy() - np.mean([x.double().numpy() for x in locals_], axis=0)
+        assert np.allclose(delta.double().numpy(), want_delta, atol=1e-6, rtol=0)
+        ref.grad = delta.clone()
+        torch_opt.step()
+        outer.step_rows_(rows_x, torch.stack([delta, delta]), rows_buf)
+        theta = outer.step_delta(theta, delta)
+        # torch's buffer is buf·μ then + Δ (two roundings), sgd_update's Δ + μ·buf: float rounding apart
+        assert torch.allclose(theta, ref.detach(), atol=1e-6, rtol=0)
+        assert torch.equal(rows_x[0], theta) and torch.equal(rows_x[1], theta)
+
+
+def test_outer_sgd_at_rate_one_without_momentum_lands_on_the_mean() -> None:
+    gen = torch.Generator().manual_seed(22)
+    theta = torch.randn(50, generator=gen, dtype=torch.float64)
+    locals_ = [theta + torch.randn(50, generator=gen, dtype=torch.float64) for _ in range(3)]
+    new = OuterOptimizer(1.0, 0.0).step(theta, locals_)
+    assert torch.allclose(new, torch.stack(locals_).mean(0), atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("lr,momentum,key", [(0.0, 0.5, "outer_lr"), (float("nan"), 0.5, "outer_lr"),
+                                             (1.0, 1.0, "outer_momentum"), (1.0, -0.1, "outer_momentum")])
+def test_outer_optimizer_refuses_bad_values(lr: float, momentum: float, key: str) -> None:
+    with pytest.raises(ValueError, match=rf"protocol\.{key} = "):
+        OuterOptimizer(lr, momentum)
