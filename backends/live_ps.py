@@ -2,7 +2,7 @@
 
 Rank 0 is the server, ranks 1..λ the learners. The server is a receive loop around the
 simulator's protocol core (:class:`~ddlsim.simulator.protocols.ps.PSCore`): the core
-assigns every minibatch (so the data order is DESIGN.md's), decides when the average of
+assigns every minibatch (so the data order is docs/design.md's), decides when the average of
 ``c`` processed gradients is applied (hardsync's barrier, softsync's c = ⌊λ/n⌋, async's
 c = 1, SSP's clock bound, and any variant of the catalogue) and which learners pull next;
 the server answers them with the current weights. The core records what happened as a

@@ -1,4 +1,4 @@
-"""Data sets and models for the backends (DESIGN.md, "Workloads").
+"""Data sets and models for the backends (docs/design.md, "Workloads").
 
 Rules kept here:
 

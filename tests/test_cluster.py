@@ -75,7 +75,7 @@ def buckets(total: float, size: int) -> list[float]:
 
 
 def test_one_bucket_is_compute_then_one_ring_all_reduce() -> None:
-    # truth: DESIGN.md's AR-SGD cost, compute + 2(N−1)·α + 2(N−1)/N·M/β, with bucket_bytes 0 and
+    # truth: docs/design.md's AR-SGD cost, compute + 2(N−1)·α + 2(N−1)/N·M/β, with bucket_bytes 0 and
     # with a bucket larger than the model (both: one message after backward)
     for bucket in (0, 2 * M):
         p = ar_point(8, bucket=bucket)

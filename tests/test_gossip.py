@@ -165,7 +165,7 @@ def test_traces_pass_check_and_round_trip(protocol: str, kw: dict) -> None:
 
 @pytest.mark.parametrize("protocol,kw", VARIANTS)
 def test_same_seed_gives_byte_identical_traces(protocol: str, kw: dict) -> None:
-    # Truth: DESIGN.md's reproducibility rule (same seed → same bytes); another seed differs.
+    # Truth: docs/design.md's reproducibility rule (same seed → same bytes); another seed differs.
     a = T.encode(simulate(point(protocol, 6, extra=STRAGGLY, **kw)).trace)
     b = T.encode(simulate(point(protocol, 6, extra=STRAGGLY, **kw)).trace)
     c = T.encode(simulate(point(protocol, 6, extra=STRAGGLY, seed=6, **kw)).trace)

@@ -59,7 +59,7 @@ def flat_init(point: dict) -> torch.Tensor:
 # -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_allreduce_replay_equals_single_learner_sgd(mode):
-    # truth: DESIGN.md — AR-SGD with N nodes and minibatch μ is SGD with minibatch Nμ on the
+    # truth: docs/design.md — AR-SGD with N nodes and minibatch μ is SGD with minibatch Nμ on the
     # global_slice data order; the reference is a plain torch.optim.SGD loop over
     # SampleStream(seed, samples_per_epoch).indices(k·N·μ, N·μ) (lr halves from epoch 0.3 on)
     n, mu = 4, 8
@@ -140,7 +140,7 @@ def reference_grad(point: dict, data, z: torch.Tensor, start: int, mu: int) -> t
 @pytest.mark.parametrize("tau", [0, 1])
 @pytest.mark.parametrize("lr", [0.0, 0.5])
 def test_pushsum_invariants_during_sgp_replay(mode, tau, lr):
-    # truth: PushSum algebra (DESIGN.md, SGP invariants), with gradients from plain autograd.
+    # truth: PushSum algebra (docs/design.md, SGP invariants), with gradients from plain autograd.
     # τ = 0 (Alg. 1, blocking receive): the versions the nodes' k-th gradients read form a
     # consistent cut — every message of iterations < k mixed, none later — so there
     # Σ_i w_i = N and Σ_i x^(k+1) = Σ_i x^(k) − lr Σ_i ∇L_i(x_i^(k) / w_i^(k)). Any τ: at the

@@ -109,7 +109,7 @@ def test_lr_schedule_by_hand():
 
 
 def test_staleness_policies_by_hand():
-    # truth: DESIGN.md — constant α0; α0/⟨σ⟩ (α0 when ⟨σ⟩ < 1); α0/σ_i (α0 when σ_i = 0)
+    # truth: docs/design.md — constant α0; α0/⟨σ⟩ (α0 when ⟨σ⟩ < 1); α0/σ_i (α0 when σ_i = 0)
     s = np.array([0, 1, 2, 4])
     assert mean_staleness(s) == pytest.approx(1.75)
     assert np.allclose(staleness_scale("constant", s, 1.75), 1.0)

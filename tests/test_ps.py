@@ -215,7 +215,7 @@ def test_every_trace_is_valid_and_covers_the_epochs(protocol: str) -> None:
     evals = r.trace.ops["epoch"][r.trace.ops["kind"] == T.EVAL]
     assert evals[0] == 0 and evals[-1] >= 2 - 1e-9 and len(evals) >= 3
     assert math.isfinite(r.summary["sim_time_s"])
-    # data order (DESIGN.md): hardsync takes slice i of global batch k, others their own shard
+    # data order (docs/design.md): hardsync takes slice i of global batch k, others their own shard
     g = r.trace.ops["kind"] == T.GRAD
     node, k, start = (r.trace.ops[c][g] for c in ("node", "batch_index", "sample_start"))
     if protocol == "hardsync":

@@ -79,7 +79,7 @@ def final_x(rep: Replayer, node: int = 0) -> torch.Tensor:
 # (a) ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("batched", [False, True])
 def test_hardsync_equals_single_learner_sgd(batched):
-    # truth: DESIGN.md — hardsync(λ, μ) reproduces one learner with minibatch λμ on the same
+    # truth: docs/design.md — hardsync(λ, μ) reproduces one learner with minibatch λμ on the same
     # data order; the reference is a plain torch.optim.SGD loop (lr halves from epoch 0.3 on)
     lam, mu, rounds = 4, 8, 30
     point = digits_point(optimizer__milestones=[[0.3, 0.5]])
@@ -328,7 +328,7 @@ def test_the_hand_written_mlp_kernel_equals_autograd_row_by_row(make, shape):
 
 # (d) ------------------------------------------------------------------------------------
 def test_same_seed_same_curves():
-    # rule: DESIGN.md — the same seed gives the same accuracy; another init seed differs
+    # rule: docs/design.md — the same seed gives the same accuracy; another init seed differs
     trace = async_trace(4, 8, 80, eval_every=20)
     backend = ReplayBackend()
     opts = RunOptions(device="cpu", batched=True)
@@ -523,7 +523,7 @@ def test_trace_header_must_carry_data_order():
 
 
 def test_simulated_hardsync_replays_as_single_learner_sgd():
-    # truth: DESIGN.md — hardsync(λ, μ) = single-learner SGD with λμ; reference: torch.optim.SGD
+    # truth: docs/design.md — hardsync(λ, μ) = single-learner SGD with λμ; reference: torch.optim.SGD
     # over the union of each apply's minibatches (the simulator's global slices)
     from ddlsim.simulator.run import simulate
 

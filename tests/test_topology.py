@@ -1,6 +1,6 @@
 """Gossip graphs and mixing weights (simulator/topology.py, simulator/mixing.py).
 
-Each test names its independent truth in a comment: DESIGN.md's peer formula, the
+Each test names its independent truth in a comment: docs/design.md's peer formula, the
 definition of a (column-/doubly) stochastic matrix, the digit argument for exact
 averaging, or the peer books of facebookresearch/stochastic_gradient_push re-derived here.
 """
@@ -66,7 +66,7 @@ def test_out_and_in_peers_are_consistent_distinct_and_never_self() -> None:
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8, 13, 16, 31, 32, 33])
 def test_one_peer_npdde_is_designs_formula(n: int) -> None:
-    # Truth: DESIGN.md — peer of r at iteration k is (r + 2^(k mod L)) mod N, L = ⌊log2(N−1)⌋+1
+    # Truth: docs/design.md — peer of r at iteration k is (r + 2^(k mod L)) mod N, L = ⌊log2(N−1)⌋+1
     # (computed here with floating log2, independently of topology.digits).
     L = math.floor(math.log2(n - 1) + 1e-12) + 1 if n > 1 else 1
     for k in range(3 * L):

@@ -36,7 +36,7 @@ def test_param_counts_equal_catalog(dataset, model):
 
 
 def test_rudra_cifar_is_about_90k():
-    # truth: DESIGN.md, Rudra's CIFAR10 network has about 90k parameters
+    # truth: docs/design.md, Rudra's CIFAR10 network has about 90k parameters
     assert 85_000 < _count(make_model("rudra_cifar", dataset_info("cifar10"))) < 95_000
 
 
