@@ -5,6 +5,9 @@
 * network: a gloo ping-pong between two processes on ``host``: latency = half the
   round trip of an 8-byte message, bandwidth from the one-way time of a large message;
 * server: seconds to apply one gradient to the model (the live server's update path);
+* all-reduce sweep (``calibrate --network``, :func:`time_allreduce`): torch.distributed
+  all-reduces of 8 B … 16 MiB among 2+ local processes (gloo on CPU, nccl on GPUs), which
+  backends/calibrate_network.py fits to α and β (simulator/network_profile.py);
 * cycle (default; ``--no-cycle`` skips it): a short live ASGD run (2 learners, emulated
   compute, the model's size of messages) whose measured push → next compute gap is the
   round trip a learner really pays; the profile's ``latency_s`` is then the latency that
@@ -24,7 +27,8 @@ import statistics
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -144,6 +148,90 @@ def time_network(host: str = "127.0.0.1", rounds: int = 400) -> tuple[float, flo
     latency = small / 2
     one_way = max(bulk / 2 - latency, 1e-9)
     return latency, BULK_FLOATS * 4 / one_way
+
+
+SWEEP_MIN_BYTES = 8
+SWEEP_MAX_BYTES = 16 << 20
+SWEEP_FACTOR = 4
+
+
+def sweep_sizes(max_bytes: int = SWEEP_MAX_BYTES) -> list[int]:
+    """Message sizes of the all-reduce sweep: 8 B, ×4 each, up to ``max_bytes`` (multiples of 4 B)."""
+    sizes, s = [], SWEEP_MIN_BYTES
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= SWEEP_FACTOR
+    return sizes
+
+
+def _allreduce_sweep(rank: int, world: int, init: str, backend: str, sizes: list[int]) -> dict[int, list[float]]:
+    """One rank of the sweep: per size, a warm-up, then three trials of ``reps`` all-reduces;
+    each trial's mean seconds per all-reduce, per size."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    trials: dict[int, list[float]] = {}
+    try:
+        for nbytes in sizes:
+            x = torch.zeros(nbytes // 4, device=device)
+            reps = 20 if nbytes <= 1 << 16 else 5
+            for _ in range(2):
+                dist.all_reduce(x)
+            runs = []
+            for _ in range(3):
+                dist.barrier()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t = time.perf_counter()
+                for _ in range(reps):
+                    dist.all_reduce(x)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                runs.append((time.perf_counter() - t) / reps)
+            trials[nbytes] = runs
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return trials
+
+
+def _sweep_child(rank: int, world: int, init: str, backend: str, sizes: list[int]) -> None:
+    torch.set_num_threads(1)
+    _allreduce_sweep(rank, world, init, backend, sizes)
+
+
+def time_allreduce(sizes: list[int], world: int = 2, backend: str = "gloo",
+                   host: str = "127.0.0.1") -> dict[int, list[float]]:
+    """Seconds of one all-reduce of each size in ``sizes`` (bytes of float32) among ``world``
+    local processes over ``backend`` (gloo on CPU, nccl one GPU per process): three trial
+    means per size. Rank 0 is this process (one process fewer to start), the others spawned."""
+    import torch.multiprocessing as mp
+
+    from .live import free_port
+
+    if backend == "nccl" and torch.cuda.device_count() < world:
+        raise BackendError(f"--ranks {world}: nccl needs one GPU per process; this machine has "
+                           f"{torch.cuda.device_count()}")
+    init = f"tcp://{host}:{free_port(host)}"
+    ctx = mp.get_context("spawn")
+    children = [ctx.Process(target=_sweep_child, args=(r, world, init, backend, sizes), daemon=True)
+                for r in range(1, world)]
+    for c in children:
+        c.start()
+    try:
+        with torch_threads(1):
+            trials = _allreduce_sweep(0, world, init, backend, sizes)
+    finally:
+        for c in children:
+            c.join(timeout=30)
+            if c.is_alive():
+                c.terminate()
+                c.join()
+    failed = [c.exitcode for c in children if c.exitcode != 0]
+    if failed:
+        raise BackendError(f"a process of the all-reduce sweep ended with status {failed[0]}")
+    return trials
 
 
 def cycle_scenario(model: str, dataset: str, apply_s: float, bandwidth_Bps: float, host: str = "127.0.0.1") -> str:

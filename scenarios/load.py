@@ -27,6 +27,7 @@ from typing import Any
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.collectives import default_algorithm
 from ..simulator.compute import ProfileError, load_profile, magnitude
+from ..simulator.network_profile import apply_network_profile, without_profile_key
 from ..simulator.protocols import sim_id, spec_of
 from ..simulator.trace import SCHEMA_VERSION
 from .hardware import apply_presets
@@ -285,17 +286,23 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
 
 
 def _resolve_profile(scenario: Scenario, folder: Path) -> None:
-    prof = scenario.base["cluster"]["compute"]["profile"]
-    if prof is not None and not Path(prof).is_absolute():
-        scenario.base["cluster"]["compute"]["profile"] = str((folder / prof).resolve())
+    for table in ("compute", "network"):
+        prof = scenario.base["cluster"][table]["profile"]
+        if prof is not None and not Path(prof).is_absolute():
+            scenario.base["cluster"][table]["profile"] = str((folder / prof).resolve())
     for key, values in scenario.axes:
-        if key == "cluster.compute.profile":
+        if key in ("cluster.compute.profile", "cluster.network.profile"):
             values[:] = [v if Path(v).is_absolute() else str((folder / v).resolve()) for v in values]
 
 
 def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozenset[str],
                  data_sizes: dict[str, int] | None = None) -> None:
     apply_presets(point, explicit, path, label)
+    try:  # after the presets: a profile's measured numbers replace theirs; explicit keys win over both
+        apply_network_profile(point, explicit)
+    except ProfileError as e:
+        raise ScenarioError(f"{path}: key 'cluster.network.profile' = {point['cluster']['network']['profile']!r}"
+                            f"{label}: {e}") from None
     lam = point["cluster"]["learners"]
     proto = point["protocol"]
     if spec_of(point).uses_n and not 1 <= proto["n"] <= lam:
@@ -382,7 +389,7 @@ def point_hash(point: dict[str, Any]) -> str:
     """Stable hash of a point's values and the trace schema version (a new trace schema makes
     every stored result stale, so ``--resume`` recomputes it); ``replicates`` is not the run's
     (a run of seed 3 is the same whether its sweep has 1 replicate or 5)."""
-    clean = {k: v for k, v in point.items() if not k.startswith("_") and k != "replicates"}
+    clean = {k: v for k, v in without_profile_key(point).items() if not k.startswith("_") and k != "replicates"}
     blob = json.dumps({"v": SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -183,6 +183,9 @@ FIELDS: tuple[Field, ...] = (
        maximum=1e6),
     _s("cluster.network.preset", None, "Network preset (`ddlsim hardware`): fills latency_s, bandwidth_Bps and "
        "overhead_s; explicit keys win.", optional=True),
+    _s("cluster.network.profile", None, "Network profile (TOML; `ddlsim calibrate --nccl-tests LOG` or `--network` "
+       "writes one): its [network] keys replace the preset's; explicit keys win. Relative paths are relative to the "
+       "scenario file (docs/network-calibration.md).", optional=True, check=_check_path),
     _f("cluster.network.latency_s", 5e-5, "Per-message latency between nodes.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
        "bytes/s", minimum=1, allow_inf=True),

@@ -6,6 +6,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..network_profile import without_profile_key
 from ..trace import SCHEMA_VERSION
 
 GLOBAL_SLICE = "global_slice"  # learner i's k-th minibatch is slice i of global batch k
@@ -24,7 +25,7 @@ NOT_SIMULATED_WORKLOAD = ("target_error", "final_evals")
 
 def simulation_point(point: dict[str, Any]) -> dict[str, Any]:
     """The point as the simulator sees it: without bookkeeping and :data:`NOT_SIMULATED` keys."""
-    out = {k: v for k, v in clean_point(point).items() if k not in NOT_SIMULATED}
+    out = {k: v for k, v in clean_point(without_profile_key(point)).items() if k not in NOT_SIMULATED}
     out["workload"] = {k: v for k, v in out["workload"].items() if k not in NOT_SIMULATED_WORKLOAD}
     return out
 
