@@ -20,6 +20,8 @@ from .base import BackendError, BackendResult, RunOptions
 from .device import resolve_device, torch_threads
 from .optim import Optimizer, mean_staleness
 from .replay_generic import Replayer
+from .replay_local import LocalReplayer, needs_local_replay
+from .replay_multi import replay_many
 from .replay_plan import BATCH_CAP, capped, check_header
 from .replay_prefix import prefix, until_of
 from .replay_stacked import StackedReplayer, gradient_rounds
@@ -33,7 +35,7 @@ STACKED_MIN_SAVED = 1 / 20
 
 
 def make_replayer(trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *, batched: bool = True,
-                  stacked: str = "auto", **kw: Any) -> Replayer | StackedReplayer:
+                  stacked: str = "auto", **kw: Any) -> Replayer | StackedReplayer | LocalReplayer:
     """The interpreter for ``trace``: the generic :class:`Replayer` or, for a multi-node trace,
     the stacked one (docs/replay.md, "Multi-node traces").
 
@@ -44,6 +46,8 @@ def make_replayer(trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
     """
     if stacked not in STACKED_MODES:
         raise BackendError(f"stacked replay mode {stacked!r}: expected one of {', '.join(STACKED_MODES)}")
+    if needs_local_replay(trace):  # outer ops, fragment mixes, compressed averaging (schema 2)
+        return LocalReplayer(trace, model, data, opt, batched=batched)
     nodes = int(trace.header.get("nodes", 1))
     if stacked == "off" or nodes <= 1 or not batched:
         return Replayer(trace, model, data, opt, batched=batched, **kw)
@@ -138,25 +142,49 @@ class ReplayBackend:
 
     def run(self, trace: Trace, point: dict[str, Any], options: RunOptions | None = None) -> BackendResult:
         """Replay ``trace`` for scenario ``point``; see :class:`BackendResult` for the keys."""
-        options = options or RunOptions()
-        check_header(trace)  # before any data is loaded: the header's ⟨σ⟩ is read below
-        device = resolve_device(options.device)
-        with torch_threads(options.threads):
-            data = load_data(point, options.data_dir, options.download, device=device)
-            check_samples(trace, point, data)
-            model = build_model(point).to(device)
-            # a measured (live) trace carries the ⟨σ⟩ its run used; else the trace's own mean
-            sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
-            opt = Optimizer(point["optimizer"], float(sigma))
-            rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
-            if until_of(point) is not None:  # a rung of successive halving: the whole trace's path on its prefix
-                rep = make_replayer(prefix(trace, until_of(point)), model, data, opt, batched=options.batched,
-                                    stacked="on" if isinstance(rep, StackedReplayer) else "off")
-            if options.progress is not None:  # after each evaluation: the epoch reached
-                tell, epochs = options.progress, float(point["workload"]["epochs"])
-                rep.progress = lambda epoch: tell("replay", round(epoch, 2), epochs, "epochs")
-            curves = rep.run()
-        summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update,
-                            chance_error(data.test_y), len(data.test_y),
-                            int(point["workload"].get("final_evals", FINAL_EVALS)))
-        return BackendResult(curves=curves, summary=summary, trace=None)
+        return self.run_many([(trace, point, options or RunOptions())])[0]
+
+    def run_many(self, jobs: list[tuple[Trace, dict[str, Any], RunOptions]]) -> list[BackendResult]:
+        """Replay each ``(trace, point, options)`` of ``jobs``; their results in order, each the
+        one :meth:`run` gives it alone (:func:`.replay_multi.replay_many` computes the gradient
+        requests of replays of one model in shared calls, which changes no replay's numbers).
+        The jobs share the first one's device and thread count."""
+        if not jobs:
+            return []
+        for trace, _, _ in jobs:
+            check_header(trace)  # before any data is loaded: the header's ⟨σ⟩ is read below
+        first = jobs[0][2]
+        device = resolve_device(first.device)
+        with torch_threads(first.threads):
+            reps, datas = [], []
+            for trace, point, options in jobs:
+                rep, data = self._replayer(trace, point, options, device)
+                reps.append(rep)
+                datas.append(data)
+            all_curves = replay_many(reps) if len(reps) > 1 else [reps[0].run()]
+        out = []
+        for (_, point, _), rep, data, curves in zip(jobs, reps, datas, all_curves):
+            summary = summarize(curves, point["workload"]["target_error"], rep.diverged, rep.diverged_at_update,
+                                chance_error(data.test_y), len(data.test_y),
+                                int(point["workload"].get("final_evals", FINAL_EVALS)))
+            out.append(BackendResult(curves=curves, summary=summary, trace=None))
+        return out
+
+    @staticmethod
+    def _replayer(trace: Trace, point: dict[str, Any], options: RunOptions, device: Any
+                  ) -> tuple[Replayer | StackedReplayer, Data]:
+        """The interpreter of ``trace`` for ``point`` (not yet run) and the data it reads."""
+        data = load_data(point, options.data_dir, options.download, device=device)
+        check_samples(trace, point, data)
+        model = build_model(point).to(device)
+        # a measured (live) trace carries the ⟨σ⟩ its run used; else the trace's own mean
+        sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
+        opt = Optimizer(point["optimizer"], float(sigma))
+        rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
+        if until_of(point) is not None:  # a rung of successive halving: the whole trace's path on its prefix
+            rep = make_replayer(prefix(trace, until_of(point)), model, data, opt, batched=options.batched,
+                                stacked="on" if isinstance(rep, StackedReplayer) else "off")
+        if options.progress is not None:  # after each evaluation: the epoch reached
+            tell, epochs = options.progress, float(point["workload"]["epochs"])
+            rep.progress = lambda epoch: tell("replay", round(epoch, 2), epochs, "epochs")
+        return rep, data

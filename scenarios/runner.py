@@ -95,41 +95,101 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     folders); every point gets its ``staleness.csv`` and, in its result, the evaluation
     schedule ``evals`` (simulated time, epoch) of the trace.
     """
+    return run_tasks([task])[0]
+
+
+def run_tasks(tasks: list[Task]) -> list[list[dict[str, Any]]]:
+    """:func:`run_task` for each of ``tasks``, in one worker: with the replay backend, the
+    replays of all the tasks (the seeds of one configuration) run together
+    (:meth:`~ddlsim.backends.replay.ReplayBackend.run_many`), which gives each the numbers it
+    gets alone; a failure there is retried task by task, so that it is charged to its own."""
+    runs = [_simulated(t) for t in tasks]
+    live = [r for r in runs if r.trace is not None and r.task.backend]
+    if len(live) > 1 and all(r.task.backend == "replay" for r in live):
+        try:
+            _run_backend_many(live)
+        except Exception:  # charged below to the task whose replay fails alone
+            for r in live:
+                r.reset()
+            for r in live:
+                _backend_or_error(r)
+    else:
+        for r in live:
+            _backend_or_error(r)
+    return [r.records() for r in runs]
+
+
+@dataclass
+class _Run:
+    """One task's simulation and the rows, curves and wall times its points get."""
+
+    task: Task
+    rows: list[dict[str, Any]]
+    curves: list[list[dict[str, Any]]]
+    evals: list[list[float]]
+    walls: list[float]
+    trace: Any = None
+    sim_rows: list[dict[str, Any]] | None = None
+    sim_wall: float = 0.0
+
+    def reset(self) -> None:
+        """Back to the state after the simulation (before any backend ran)."""
+        assert self.sim_rows is not None
+        self.rows = [dict(r) for r in self.sim_rows]
+        self.curves = [[] for _ in self.task.points]
+        self.walls = [self.sim_wall] * len(self.task.points)
+
+    def fail(self, e: BaseException, wall: float) -> None:
+        """Every point of the task records ``e`` (a point's failure never stops a sweep)."""
+        for row in self.rows:
+            row["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+            row["_traceback"] = traceback.format_exc()
+        self.walls = [wall] * len(self.task.points)
+        self.trace = None
+
+    def records(self) -> list[dict[str, Any]]:
+        for row, w in zip(self.rows, self.walls):
+            row.setdefault("error", None)
+            row["wall_s"] = w
+        return [{"hash": point_hash(p), "row": row, "curves": c, "evals": self.evals}
+                for p, row, c in zip(self.task.points, self.rows, self.curves)]
+
+
+def _simulated(task: Task) -> _Run:
+    """``task``'s simulation, its run directories' staleness (and trace) files written."""
     from ..simulator.run import simulate
 
     out = Path(task.out_dir)
-    rows = [lead_values(p) for p in task.points]
-    curves: list[list[dict[str, Any]]] = [[] for _ in task.points]
-    evals: list[list[float]] = []
+    run = _Run(task, [lead_values(p) for p in task.points], [[] for _ in task.points], [], [0.0] * len(task.points))
     t0 = time.perf_counter()
-    walls = [0.0] * len(task.points)
     try:
         sim = simulate(task.points[0], task.engine, keep_trace=bool(task.traces or task.backend))
-        evals = [[float(t), float(e)] for t, e in sim.evals]
+        run.evals = [[float(t), float(e)] for t, e in sim.evals]
         stale = staleness_csv(sim.histogram)
         first_trace: Path | None = None
-        for p, row in zip(task.points, rows):
+        for p, row in zip(task.points, run.rows):
             run_dir = out / "runs" / p["_id"]
             row.update(sim.summary)
             row["sim_id"] = sim.sim_id
             atomic_write(run_dir / "staleness.csv", stale)
             if task.traces:
                 first_trace = _write_or_link(sim.trace, run_dir / "trace.ddlt", first_trace)
-        sim_wall = time.perf_counter() - t0
-        walls = [sim_wall] * len(task.points)
-        if task.backend:
-            _run_backend(task, sim.trace, rows, curves, walls)
-        for row in rows:
-            row.setdefault("error", None)
+        run.sim_wall = time.perf_counter() - t0
+        run.walls = [run.sim_wall] * len(task.points)
+        run.sim_rows = [dict(r) for r in run.rows]
+        run.trace = sim.trace
     except Exception as e:  # recorded, never raised: one bad point must not stop a sweep
-        for row in rows:
-            row["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
-            row["_traceback"] = traceback.format_exc()
-        walls = [time.perf_counter() - t0] * len(task.points)
-    for row, w in zip(rows, walls):
-        row["wall_s"] = w
-    return [{"hash": point_hash(p), "row": row, "curves": c, "evals": evals}
-            for p, row, c in zip(task.points, rows, curves)]
+        run.fail(e, time.perf_counter() - t0)
+    return run
+
+
+def _backend_or_error(run: _Run) -> None:
+    """The backend of ``run``'s points, or the error it raised recorded on each of them."""
+    t0 = time.perf_counter()
+    try:
+        _run_backend(run.task, run.trace, run.rows, run.curves, run.walls)
+    except Exception as e:
+        run.fail(e, run.sim_wall + time.perf_counter() - t0)
 
 
 def _write_or_link(trace: Any, path: Path, first: Path | None) -> Path:
@@ -164,37 +224,82 @@ def replay_key(point: dict[str, Any], staleness: Any) -> str:
     return json.dumps({"opt": opt, "rest": rest, "cut": cut}, sort_keys=True, default=str)
 
 
-def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: list[list[dict[str, Any]]],
-                 walls: list[float]) -> None:
-    """The backend for each point, once per distinct replay (rows and curves shared)."""
+def _replays(task: Task, trace: Any) -> dict[str, list[int]]:
+    """The distinct backend runs of ``task``'s points: a key and the points it serves (the
+    replay backend runs once per :func:`replay_key`, another backend once per point)."""
+    groups: dict[str, list[int]] = {}
+    for idx, p in enumerate(task.points):
+        key = replay_key(p, trace.inputs["staleness"]) if task.backend == "replay" else str(idx)
+        groups.setdefault(key, []).append(idx)
+    return groups
+
+
+def _options(task: Task, run_id: str) -> tuple[Any, Any]:
+    """The backend's options for one run of ``task`` and the progress sink they report to."""
     from dataclasses import replace
 
     from ..backends.base import PointProgress, RunOptions
-    from ..backends.registry import get_backend
-    from ..simulator import trace as tracemod
 
-    backend = get_backend(task.backend)
     opts = dict(task.options)
     mode = opts.pop("progress", None)  # set by _progress: where the point's own progress goes
-    options = RunOptions(**opts)
-    done: dict[str, tuple[dict[str, Any], list[dict[str, Any]], float]] = {}
-    for idx, p in enumerate(task.points):
-        key = replay_key(p, trace.inputs["staleness"]) if task.backend == "replay" else str(idx)
-        if key not in done:
-            t0 = time.perf_counter()
-            sink = PointProgress(mode, p["_id"]) if mode else None
-            try:
-                result = backend.run(trace, p, replace(options, progress=sink))
-            finally:
-                if sink is not None:
-                    sink.close()
-            if result.trace is not None:
-                tracemod.write(result.trace, Path(task.out_dir) / "runs" / p["_id"] / "measured.ddlt")
-            done[key] = (result.summary, result.curves, time.perf_counter() - t0)
-        summary, cs, wall = done[key]
-        rows[idx].update(summary)
-        curves[idx] = [{"run_id": p["_id"], **c} for c in cs]
+    sink = PointProgress(mode, run_id) if mode else None
+    return replace(RunOptions(**opts), progress=sink), sink
+
+
+def _settle(task: Task, result: Any, served: list[int], wall: float, rows: list[dict[str, Any]],
+            curves: list[list[dict[str, Any]]], walls: list[float]) -> None:
+    """One backend ``result`` into the rows and curves of the points it ``served``."""
+    from ..simulator import trace as tracemod
+
+    first = task.points[served[0]]
+    if result.trace is not None:
+        tracemod.write(result.trace, Path(task.out_dir) / "runs" / first["_id"] / "measured.ddlt")
+    for idx in served:
+        rows[idx].update(result.summary)
+        curves[idx] = [{"run_id": task.points[idx]["_id"], **c} for c in result.curves]
         walls[idx] += wall
+
+
+def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: list[list[dict[str, Any]]],
+                 walls: list[float]) -> None:
+    """The backend for each point, once per distinct replay (rows and curves shared)."""
+    from ..backends.registry import get_backend
+
+    backend = get_backend(task.backend)
+    for served in _replays(task, trace).values():
+        t0 = time.perf_counter()
+        options, sink = _options(task, task.points[served[0]]["_id"])
+        try:
+            result = backend.run(trace, task.points[served[0]], options)
+        finally:
+            if sink is not None:
+                sink.close()
+        _settle(task, result, served, time.perf_counter() - t0, rows, curves, walls)
+
+
+def _run_backend_many(runs: list[_Run]) -> None:
+    """The replays of every run of ``runs`` in one :meth:`run_many` call; each point's wall
+    time gets an equal share of the call's."""
+    from ..backends.registry import get_backend
+
+    backend = get_backend("replay")
+    jobs, served, sinks = [], [], []
+    for r in runs:
+        for ids in _replays(r.task, r.trace).values():
+            options, sink = _options(r.task, r.task.points[ids[0]]["_id"])
+            jobs.append((r.trace, r.task.points[ids[0]], options))
+            served.append((r, ids))
+            sinks.append(sink)
+    t0 = time.perf_counter()
+    try:
+        results = backend.run_many(jobs)
+    finally:
+        for sink in sinks:
+            if sink is not None:
+                sink.close()
+    share = (time.perf_counter() - t0) / len(jobs)
+    for (r, ids), result in zip(served, results):
+        _settle(r.task, result, ids, share, r.rows, r.curves, r.walls)
 
 
 def _checksum(record: dict[str, Any]) -> str:
@@ -321,6 +426,18 @@ def _csv(cols: list[str], rows: Iterable[dict[str, Any]]) -> bytes:
 SMALL_SWEEP = 8  # simulations: in-process below this (a worker that imports torch costs seconds)
 
 
+def work_units(tasks: list[tuple[list[int], Task]], backend: str | None) -> list[list[tuple[list[int], Task]]]:
+    """The tasks one worker runs together, in sweep order: with the replay backend, the
+    seeds of one configuration (their replays share gradient calls, :func:`run_tasks`); else
+    each task alone."""
+    if backend != "replay":
+        return [[t] for t in tasks]
+    units: dict[str, list[tuple[list[int], Task]]] = {}
+    for ids, task in tasks:
+        units.setdefault(configuration_id(task.points[0]), []).append((ids, task))
+    return list(units.values())
+
+
 def default_jobs(tasks: int) -> int:
     """Worker processes: none (in-process) for a small sweep of at most ``SMALL_SWEEP``
     simulations, else one per core, at most one per simulation. On this project's 2-core
@@ -395,15 +512,17 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
         groups.setdefault(simulation_key(points[idx]), []).append(idx)
     tasks = [(ids, Task([points[i] for i in ids], str(out), backend, dict(options or {}), engine, traces))
              for ids in groups.values()]
-    jobs = jobs or default_jobs(len(tasks))
+    units = work_units(tasks, backend)
+    jobs = jobs or default_jobs(len(units))
     bar = _progress(len(points), len(points) - len(todo), progress, [t for _, t in tasks])
     failed = 0
 
     last_write = 0.0
 
-    def finish_task(ids: list[int], results: list[dict[str, Any]]) -> None:
-        for idx, record in zip(ids, results):
-            finish(idx, record)
+    def finish_unit(unit: list[tuple[list[int], Task]], results: list[list[dict[str, Any]]]) -> None:
+        for (ids, _), records_of in zip(unit, results):
+            for idx, record in zip(ids, records_of):
+                finish(idx, record)
 
     def finish(idx: int, record: dict[str, Any]) -> None:
         nonlocal failed, last_write
@@ -420,19 +539,20 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
         bar.set_postfix_str(f"running {min(jobs, left)}, failed {failed}", refresh=False)
         bar.update(1)
 
-    if tasks and (jobs == 1 or len(tasks) == 1) and executor == "local":
+    if units and (jobs == 1 or len(units) == 1) and executor == "local":
         try:
-            for ids, task in tasks:
-                finish_task(ids, run_task(task))
+            for unit in units:
+                finish_unit(unit, run_tasks([t for _, t in unit]))
         except BaseException:
             write_tables(out, [r for r in records if r is not None])
             raise
-    elif tasks:
+    elif units:
         ex = make_executor(executor, jobs, scheduler)
         try:
-            futures: dict[Future, list[int]] = {ex.submit(run_task, task): ids for ids, task in tasks}
+            futures: dict[Future, list[tuple[list[int], Task]]] = {
+                ex.submit(run_tasks, [t for _, t in unit]): unit for unit in units}
             for fut in as_completed(futures):
-                finish_task(futures[fut], fut.result())
+                finish_unit(futures[fut], fut.result())
         except BaseException:  # Ctrl-C, SIGTERM: keep what is stored, stop the workers now
             write_tables(out, [r for r in records if r is not None])
             stop_executor(ex)
@@ -635,4 +755,4 @@ class _Bar(_Quiet):
         self._removal()
 
 
-__all__ = ["Task", "run_sweep", "run_points", "run_task", "write_tables", "load_result"]
+__all__ = ["Task", "run_sweep", "run_points", "run_task", "run_tasks", "write_tables", "load_result"]

@@ -68,3 +68,34 @@ def test_calibrate_writes_the_latency_that_reproduces_the_measured_cycle(tmp_pat
         assert round_trip_s(sim.trace) == pytest.approx(rt, rel=0.05)
     else:  # the measured cycle was shorter than its transfers and apply: the simulator's is not
         assert round_trip_s(sim.trace) >= rt
+
+
+@pytest.mark.parametrize("model", ["mnist1d_cnn", "mnist1d_mlp"])
+def test_calibrate_times_the_mnist1d_models_and_a_scenario_charges_what_it_measured(tmp_path: Path,
+                                                                                    model: str) -> None:
+    # truth: the profile's own table — a hardsync λ = 1 run with deterministic compute charges
+    # each minibatch gradient exactly the seconds calibrate wrote for that μ
+    out = tmp_path / "m.toml"
+    assert main(["calibrate", "--model", model, "--dataset", "mnist1d", "--no-network", "--minibatches", "2,8",
+                 "--out", str(out)]) == 0
+    prof = tomllib.loads(out.read_text())
+    assert (prof["model"], prof["dataset"], prof["minibatch"]) == (model, "mnist1d", [2, 8])
+    p = load_text(f"""
+name = "cal"
+[workload]
+dataset = "mnist1d"
+model = "{model}"
+epochs = 0.01
+[cluster]
+learners = 1
+minibatch = 8
+[cluster.compute]
+distribution = "deterministic"
+profile = "{out}"
+[protocol]
+name = "hardsync"
+""").points()[0]
+    ops = simulate(p).trace.ops
+    grads = ops["kind"] == 0
+    spans = ops["t_end"][grads] - ops["t_start"][grads]
+    assert len(spans) > 0 and np.allclose(spans, prof["seconds"][1], rtol=1e-9)

@@ -406,3 +406,32 @@ def test_figures_draw_the_mean_with_its_spread():
     heat = plots.heatmap(Table(rows))
     cells = [t.get_text() for t in heat.axes[0].texts]
     assert "3.3%\n2.0–5.0%" in cells  # the mean, and the seeds' range (wider than a point)
+
+
+def test_seeds_of_a_configuration_replay_together_with_the_numbers_each_gets_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # truth: each seed's point run alone (run_task, the replay backend's run); the sweep runs
+    # a configuration's seeds in one worker unit whose replays share gradient calls
+    from ddlsim.backends import replay_multi
+    from ddlsim.scenarios import runner
+
+    scenario = load_text(TINY.replace("replicates = 2", "replicates = 3"))
+    points = scenario.points()
+    units = runner.work_units([([i], runner.Task([p], str(tmp_path / "u"), "replay", {})) for i, p in
+                               enumerate(points)], "replay")
+    assert [len(u) for u in units] == [3, 3]  # two configurations, three seeds each
+    shared: list[int] = []
+    real = replay_multi.replay_many
+    monkeypatch.setattr(replay_multi, "replay_many", lambda reps: (shared.append(len(reps)), real(reps))[1])
+    import ddlsim.backends.replay as replay_mod
+    monkeypatch.setattr(replay_mod, "replay_many", replay_multi.replay_many)
+    together = runner.run_points(scenario, points, tmp_path / "together", backend="replay", jobs=1, progress=False,
+                                 options={"device": "cpu"})
+    assert shared == [6]  # the two lr policies share each seed's simulation: one unit of 3 tasks, 6 replays
+    for p, record in zip(points, together):
+        alone = runner.run_task(runner.Task([p], str(tmp_path / "alone"), "replay", {"device": "cpu"}))[0]
+        assert record["row"]["run_id"] == p["_id"]
+        assert record["row"]["final_test_error"] == alone["row"]["final_test_error"]
+        assert [c["test_error"] for c in record["curves"]] == [c["test_error"] for c in alone["curves"]]
+        assert [c["train_loss"] for c in record["curves"]] == [c["train_loss"] for c in alone["curves"]]
+    assert len({r["row"]["final_test_error"] for r in together}) > 1  # the seeds differ

@@ -107,8 +107,9 @@ def test_resume_recomputes_exactly_the_damaged_point(tmp_path: Path, damage: str
         result.mkdir()
     (tmp_path / ".summary.csv.ddlsim-x1y2z3w4.tmp").write_text("left by a killed write")  # as atomic_write names it
     ran: list[str] = []
-    real = runner.run_task
-    monkeypatch.setattr(runner, "run_task", lambda task: (ran.extend(p["_id"] for p in task.points), real(task))[1])
+    real = runner.run_tasks
+    monkeypatch.setattr(runner, "run_tasks",
+                        lambda tasks: (ran.extend(p["_id"] for t in tasks for p in t.points), real(tasks))[1])
     if damage == "directory result":
         import shutil
 
