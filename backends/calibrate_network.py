@@ -23,6 +23,7 @@ from ..simulator.files import atomic_write, check_target, read_bounded
 from ..simulator.network_profile import (NETWORK_PROFILE_HEAD, SCOPES, CollectiveLog, Fit, LogError, fit_alpha_beta,
                                          fit_log, profile_text, read_nccl_tests)
 from .base import BackendError
+from .device import resolve_device
 
 MAX_SWEEP_BYTES = 1 << 30
 MIN_SWEEP_BYTES = 1 << 10
@@ -114,9 +115,7 @@ def measured(out: Path | None = None, force: bool = False, ranks: int | None = N
     top = SWEEP_MAX_BYTES if max_bytes is None else max_bytes
     if not MIN_SWEEP_BYTES <= top <= MAX_SWEEP_BYTES:
         raise BackendError(f"--max-bytes {top}: must be between {MIN_SWEEP_BYTES} and {MAX_SWEEP_BYTES}")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise BackendError(f"--device {device}: cpu (gloo) or cuda (nccl)")
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    backend = "nccl" if resolve_device(device).type == "cuda" else "gloo"  # an unknown device: one line
     chosen = _scope(scope, "intra" if backend == "nccl" else "inter", "")
     out = Path(out or f"profiles/network-{backend}-{world}.toml")
     existed = check_out(out, force)

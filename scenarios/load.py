@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..simulator.catalog import dataset_info, param_count
+from ..simulator.catalog import SHAPED_MODELS, dataset_info, param_count, param_shapes
 from ..simulator.collectives import default_algorithm
 from ..simulator.compute import ProfileError, load_profile, magnitude
 from ..simulator.network_profile import apply_network_profile, without_profile_key
 from ..simulator.protocols import sim_id, spec_of
+from ..simulator.protocols.catalog import COMPRESSIBLE_PROTOCOLS, elide_late_defaults
 from ..simulator.trace import SCHEMA_VERSION
 from .hardware import apply_presets
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
@@ -339,6 +340,7 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
     if proto["name"] == "dpsgd" and proto["overlap"] > 1:
         raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: dpsgd takes 0 (exchange "
                             "after the step, blocking) or 1 (exchange while computing)")
+    _check_low_communication(path, point, label)
     fail = point["live"]["fail_learner"]
     if fail >= lam:
         raise ScenarioError(f"{path}: key 'live.fail_learner' = {fail}{label}: must be < learners ({lam}) or -1")
@@ -346,6 +348,36 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
     if group > lam:
         raise ScenarioError(
             f"{path}: key 'cluster.server.group_size' = {group}{label}: must be ≤ learners ({lam})")
+
+
+def _check_low_communication(path: str, point: dict[str, Any], label: str) -> None:
+    """Compression only where the protocol all-reduces; fragments only for diloco, at most
+    H of them and at most the model's tensors; PowerSGD only for a model whose tensor
+    shapes are known (:func:`..simulator.catalog.param_shapes`)."""
+    proto, wl = point["protocol"], point["workload"]
+    name, comp = proto["name"], proto["compression"]
+    if comp != "none" and name not in COMPRESSIBLE_PROTOCOLS:
+        raise ScenarioError(f"{path}: key 'protocol.compression' = {comp!r}{label}: protocol {name!r} has no "
+                            f"all-reduce to compress (compression applies to {', '.join(COMPRESSIBLE_PROTOCOLS)})")
+    if proto["fragments"] > 1:
+        if name != "diloco":
+            raise ScenarioError(f"{path}: key 'protocol.fragments' = {proto['fragments']}{label}: fragments are "
+                                f"streaming DiLoCo's (protocol.name = \"diloco\"), not {name}'s")
+        if proto["fragments"] > proto["local_steps"]:
+            raise ScenarioError(f"{path}: key 'protocol.fragments' = {proto['fragments']}{label}: at most "
+                                f"protocol.local_steps ({proto['local_steps']}) fragments, one synchronised every "
+                                "H/F inner steps")
+    if comp == "powersgd" or proto["fragments"] > 1:
+        info = dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"])
+        shapes = param_shapes(wl["model"], info)
+        key, value = ("protocol.compression", repr(comp)) if comp == "powersgd" else \
+            ("protocol.fragments", str(proto["fragments"]))
+        if shapes is None:
+            raise ScenarioError(f"{path}: key '{key}' = {value}{label}: needs the tensor shapes of model "
+                                f"{wl['model']!r}, which ddlsim does not know (known: {', '.join(SHAPED_MODELS)})")
+        if proto["fragments"] > len(shapes):
+            raise ScenarioError(f"{path}: key 'protocol.fragments' = {proto['fragments']}{label}: model "
+                                f"{wl['model']!r} has only {len(shapes)} tensors to split into fragments")
 
 
 def _tree_copy(value: Any) -> Any:
@@ -389,7 +421,8 @@ def point_hash(point: dict[str, Any]) -> str:
     """Stable hash of a point's values and the trace schema version (a new trace schema makes
     every stored result stale, so ``--resume`` recomputes it); ``replicates`` is not the run's
     (a run of seed 3 is the same whether its sweep has 1 replicate or 5)."""
-    clean = {k: v for k, v in without_profile_key(point).items() if not k.startswith("_") and k != "replicates"}
+    clean = elide_late_defaults({k: v for k, v in without_profile_key(point).items()
+                                 if not k.startswith("_") and k != "replicates"})
     blob = json.dumps({"v": SCHEMA_VERSION, "p": clean}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 

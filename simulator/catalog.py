@@ -146,3 +146,45 @@ def param_count(model: str, data: DatasetInfo) -> int:
     if model in FIXED_COUNTS_1000:  # the published count whatever the data set (simulation only)
         return FIXED_COUNTS_1000[model]
     raise KeyError(model)
+
+
+Shape = tuple[int, ...]
+SHAPED_MODELS = ("mlp", "logistic", "mnist1d_mlp", "mnist1d_cnn", "lenet", "rudra_cifar")
+
+
+def param_shapes(model: str, data: DatasetInfo) -> list[Shape] | None:
+    """The shapes of ``model``'s parameter tensors built for ``data``, in the order the backends'
+    ``model.parameters()`` yields them (weight before bias per layer; a test checks them against
+    the torch models); None for a model whose shapes ddlsim does not know (not in
+    :data:`SHAPED_MODELS`). Their sizes sum to :func:`param_count`."""
+    c = data.classes
+
+    def linear(i: int, o: int) -> list[Shape]:
+        return [(o, i), (o,)]
+
+    if model == "mlp":
+        return linear(_flat(data.shape), MLP_HIDDEN) + linear(MLP_HIDDEN, c)
+    if model == "logistic":
+        return linear(_flat(data.shape), c)
+    if model == "mnist1d_mlp":
+        h = MNIST1D_MLP_HIDDEN
+        return linear(_flat(data.shape), h) + linear(h, h) + linear(h, c)
+    if model == "mnist1d_cnn":
+        if len(data.shape) != 1:
+            return None
+        ch = MNIST1D_CNN_CHANNELS
+        (k1, _, _), (k2, _, _), (k3, _, _) = MNIST1D_CNN_LAYERS
+        last = conv1d_lengths(data.shape[0])[-1]
+        return [(ch, 1, k1), (ch,), (ch, ch, k2), (ch,), (ch, ch, k3), (ch,)] + linear(ch * last, c)
+    if model in IMAGE_MODELS and len(data.shape) != 3:
+        return None
+    if model == "lenet":
+        ch, h, w = data.shape
+        return ([(6, ch, 5, 5), (6,), (16, 6, 5, 5), (16,)] + linear(16 * (h // 4) * (w // 4), 120)
+                + linear(120, 84) + linear(84, c))
+    if model == "rudra_cifar":
+        ch, h, w = data.shape
+        for _ in range(3):
+            h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        return [(32, ch, 5, 5), (32,), (32, 32, 5, 5), (32,), (64, 32, 5, 5), (64,)] + linear(64 * h * w, c)
+    return None

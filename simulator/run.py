@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from . import fast_adpsgd, fast_allreduce, fast_dpsgd, fast_ps, fast_sgp
 from .gossip import simulate_gossip
+from .local_sgd import covers as local_covers, simulate_local
 from .protocols import header_for, is_ps
 from .ps import PSRun
 from .stats import histogram, stats_from_histogram
@@ -52,6 +53,8 @@ FAST = {  # protocol → (what the fast engine covers, the engine); the paramete
 
 def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     """The fast engine that simulates ``point`` exactly, or None and why there is none."""
+    if local_covers(point):
+        return None, "local SGD, DiLoCo and compressed all-reduce have one engine (a loop, no event queue)"
     covers, engine = (fast_ps.covers, fast_ps.simulate_ps_fast) if is_ps(point) else FAST[point["protocol"]["name"]]
     reason = covers(point)
     return (engine if reason is None else None), reason
@@ -115,7 +118,8 @@ def simulate(point: dict[str, Any], engine: str = "auto", keep_trace: bool = Tru
     if fast is not None:
         trace, summary, hist, evals, sim_id = fast(point, keep_trace)
     else:
-        trace, summary = simulate_ps(point) if is_ps(point) else simulate_gossip(point)
+        trace, summary = (simulate_ps(point) if is_ps(point) else simulate_local(point) if local_covers(point)
+                          else simulate_gossip(point))
         hist = histogram(trace.inputs["staleness"])
         evals = eval_schedule(trace.ops)
         sim_id = trace.header["run_id"]

@@ -32,7 +32,9 @@ import numpy as np
 
 from .files import FileRefused, atomic_write, read_bounded
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1   # what a trace that uses nothing of version 2 is written as (every earlier protocol)
+LOCAL_SCHEMA = 2     # outer ops, fragment mixes and the ``averaging`` header field (docs/trace.md)
+SCHEMA_VERSIONS = (SCHEMA_VERSION, LOCAL_SCHEMA)  # what this ddlsim reads
 TRACE_MAX_BYTES = 64 << 30  # a trace file is read whole: at most this much
 MAGIC = b"DDLTRACE"
 
@@ -46,8 +48,8 @@ MAX_POSITION = 2**62           # a stream position plus a minibatch stays an int
 MAX_EVAL_READS = 10**8         # evals × nodes: an eval reads every node's latest state, and a replay
 #                                plans 8 bytes for each such read
 
-GRAD, APPLY, MIX, EVAL = 0, 1, 2, 3
-KIND_NAMES = ("grad", "apply", "mix", "eval")
+GRAD, APPLY, MIX, EVAL, OUTER = 0, 1, 2, 3, 4
+KIND_NAMES = ("grad", "apply", "mix", "eval", "outer")
 AVERAGE_NODE = -1  # eval of the average of all nodes' latest states
 
 OP_COLUMNS: dict[str, str] = {
@@ -113,8 +115,10 @@ ROWS: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {  # kind → (its in
     APPLY: (("node", "version", "in_count"), ("t_start", "epoch")),
     MIX: (("node", "version", "src_node", "src_version"), ("t_start", "t_end", "epoch", "coef", "self_coef")),
     EVAL: (("node", "version"), ("t_start", "epoch")),
+    OUTER: (("node", "version", "src_node", "src_version", "batch_index"),
+            ("t_start", "t_end", "epoch", "coef", "self_coef")),
 }
-APPLY_ONE = 4  # builder-only kind: an apply of one gradient with weight 1, its input in its row
+APPLY_ONE = 255  # builder-only kind: an apply of one gradient with weight 1, its input in its row
 ROWS[APPLY_ONE] = (("node", "version", "grad_op", "staleness"), ("t_start", "epoch"))
 INPUT_ROW = (("grad_op", "staleness"), ("weight",))
 
@@ -150,6 +154,7 @@ class TraceBuilder:
         self._pg, self._pa, self._pa1, self._pm, self._pe = (
             self._pack[k][0].pack for k in (GRAD, APPLY, APPLY_ONE, MIX, EVAL))
         self._pin = self._pack_in[0].pack
+        self.fragments: list[tuple[int, int]] = []  # (mix row, fragment) of fragment mixes
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -215,6 +220,28 @@ class TraceBuilder:
         self._m += row
         return len(kinds) - 1
 
+    def fragment_mix(self, node: int, version: int, src_node: int, src_version: int, fragment: int,
+                     t_start: float, t_end: float, epoch: float) -> int:
+        """Record a copy of fragment ``fragment`` of x_src(src_version) into x_node (schema 2:
+        a mix with ``batch_index`` = the fragment, coef 1, self_coef 0; the rest of x_node stays)."""
+        row = self._pm(node, version, src_node, src_version, t_start, t_end, epoch, 1.0, 0.0)
+        kinds = self.kinds
+        kinds.append(MIX)
+        self._m += row
+        self.fragments.append((len(kinds) - 1, fragment))
+        return len(kinds) - 1
+
+    def outer(self, node: int, version: int, anchor_version: int, lr: float, momentum: float, fragment: int,
+              t_start: float, t_end: float, epoch: float) -> int:
+        """Record an outer step (schema 2): (node, version) becomes version + 1 from the mean of the
+        nodes' pseudo-gradients against the anchor (node, ``anchor_version``) (docs/trace.md)."""
+        row = self._pack[OUTER][0].pack(node, version, node, anchor_version, fragment, t_start, t_end, epoch, lr,
+                                        momentum)
+        kinds = self.kinds
+        kinds.append(OUTER)
+        self.rows[OUTER] += row
+        return len(kinds) - 1
+
     def eval(self, node: int, version: int, t: float, epoch: float) -> int:
         """Record an evaluation of (node, version), or of the nodes' average (node = -1)."""
         row = self._pe(node, version, t, epoch)
@@ -235,6 +262,8 @@ class TraceBuilder:
             for name in table.dtype.names:
                 if name in ops:
                     ops[name][rows] = np.ascontiguousarray(table[name])
+        for row, fragment in self.fragments:
+            ops["batch_index"][row] = fragment
         one = code == APPLY_ONE
         ops["in_count"][one] = 1
         kind = np.where(one, APPLY, code).astype(np.uint8)
@@ -302,7 +331,7 @@ def chunks(trace: Trace) -> Iterator[bytes]:
     """The file's bytes, a piece at a time (deterministic): magic, header, each column
     converted ``CHUNK_ROWS`` rows at a time, then the SHA-256 of all of it."""
     header = dict(trace.header)
-    header["schema_version"] = SCHEMA_VERSION
+    header["schema_version"] = schema_needed(trace)
     cols = []
     for table, spec in (("ops", OP_COLUMNS), ("inputs", INPUT_COLUMNS)):
         data = trace.ops if table == "ops" else trace.inputs
@@ -317,6 +346,14 @@ def chunks(trace: Trace) -> Iterator[bytes]:
         h.update(piece)
         yield piece
     yield h.digest()
+
+
+def schema_needed(trace: Trace) -> int:
+    """The schema version ``trace`` is written as: :data:`LOCAL_SCHEMA` when it has outer ops or an
+    ``averaging`` header field (a compressed or local run), else :data:`SCHEMA_VERSION`."""
+    if "averaging" in trace.header or (trace.n_ops and bool((trace.ops["kind"] == OUTER).any())):
+        return LOCAL_SCHEMA
+    return SCHEMA_VERSION
 
 
 def _column_bytes(cols: list[tuple[dict[str, Any], np.ndarray]]) -> Iterator[bytes]:
@@ -370,9 +407,9 @@ def decode(data: bytes, name: str = "<trace>") -> Trace:
     if not isinstance(header, dict) or not _columns_ok(header.get("columns")):
         raise TraceError(f"{name}: corrupt trace header (no valid column list)")
     version = header.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         raise TraceError(f"{name}: trace schema version {version!r} is not supported "
-                         f"(this ddlsim reads version {SCHEMA_VERSION})")
+                         f"(this ddlsim reads versions {', '.join(map(str, SCHEMA_VERSIONS))})")
     expected = sum(np.dtype(c["dtype"]).itemsize * c["length"] for c in header["columns"] if "dtype" in c)
     if hstart + hlen + expected != len(body):
         raise TraceError(f"{name}: truncated trace ({len(body) - hstart - hlen} column bytes, "
@@ -474,8 +511,10 @@ def check(trace: Trace, name: str = "<trace>") -> None:
     ops, inp = trace.ops, trace.inputs
     n = len(ops["kind"])
     kind = ops["kind"]
-    if n and kind.max() > EVAL:
-        raise bad(f"unknown op kind {int(kind.max())}")
+    top = OUTER if trace.header.get("schema_version") == LOCAL_SCHEMA else EVAL
+    if n and kind.max() > top:
+        raise bad(f"unknown op kind {int(kind.max())}" + (" (outer ops need schema version 2)"
+                                                          if kind.max() == OUTER else ""))
     if not (np.isfinite(ops["t_start"]).all() and np.isfinite(ops["t_end"]).all()):
         raise bad("non-finite op time")
     late = ops["t_start"] > ops["t_end"]
@@ -526,13 +565,15 @@ def _check_versions(trace: Trace, bad: Any) -> None:
     if nodes is None:
         raise bad(f"header 'nodes' = {_shown(trace.header.get('nodes'))}: expected an integer in 1 .. {MAX_NODES:,} "
                   f"(cluster.learners' maximum)")
-    mut = np.concatenate([lo + np.flatnonzero((k == APPLY) | (k == MIX)) for lo in range(0, n, CHUNK_ROWS)
-                          for k in [kind[lo:lo + CHUNK_ROWS]]] or [np.zeros(0, np.int64)])
+    mut = np.concatenate([lo + np.flatnonzero((k == APPLY) | (k == MIX) | (k == OUTER))
+                          for lo in range(0, n, CHUNK_ROWS) for k in [kind[lo:lo + CHUNK_ROWS]]]
+                         or [np.zeros(0, np.int64)])
     mnode = node[mut].astype(np.int64)
     for lo in range(0, n, CHUNK_ROWS):  # every node an op names: 0 .. nodes-1 (an eval's -1: the average)
         k, nd, src = kind[lo:lo + CHUNK_ROWS], node[lo:lo + CHUNK_ROWS], ops["src_node"][lo:lo + CHUNK_ROWS]
-        for col, values, names in (("node", nd, (k == APPLY) | (k == MIX) | ((k == EVAL) & (nd != AVERAGE_NODE))),
-                                   ("src_node", src, (k == GRAD) | (k == MIX))):
+        for col, values, names in (("node", nd, (k == APPLY) | (k == MIX) | (k == OUTER)
+                                    | ((k == EVAL) & (nd != AVERAGE_NODE))),
+                                   ("src_node", src, (k == GRAD) | (k == MIX) | (k == OUTER))):
             wrong = names & ((values < 0) | (values >= nodes))
             if wrong.any():
                 i = lo + int(np.argmax(wrong))
@@ -679,11 +720,12 @@ def check_replayable(trace: Trace, name: str = "<trace>") -> None:
                f"{spe:,}, {MAX_NODES:,}·batch_size), k = its batch_index)", g, lo)
         e = ops["epoch"][lo:hi]
         column("ops", "epoch", e, ~(np.isfinite(e) & (e >= 0)), "training progress is a finite number ≥ 0", None, lo)
-        m = np.flatnonzero(kk == MIX)
+        m = np.flatnonzero((kk == MIX) | (kk == OUTER))
         for col in ("coef", "self_coef"):
             v = ops[col][lo:hi][m]
             column("ops", col, v, ~(np.isfinite(v) & (v >= 0)), "a mixing factor is a finite number ≥ 0", m, lo)
-        for a in (nd[(kk == APPLY) | (kk == MIX) | (kk == EVAL)], ops["src_node"][lo:hi][(kk == GRAD) | (kk == MIX)]):
+        for a in (nd[(kk == APPLY) | (kk == MIX) | (kk == EVAL) | (kk == OUTER)],
+                  ops["src_node"][lo:hi][(kk == GRAD) | (kk == MIX) | (kk == OUTER)]):
             if len(a):
                 named = max(named, int(a.max()))
     del consumed

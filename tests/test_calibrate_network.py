@@ -182,6 +182,13 @@ def test_the_out_file_is_not_overwritten_unless_a_network_profile(tmp_path: Path
     assert main(["calibrate", "--nccl-tests", str(log), "--out", str(mine), "--force"]) == 0
     err = _refused(capsys, ["calibrate", "--ranks", "2"])
     assert "--ranks: only with --nccl-tests LOG or --network" in err
+    for argv, said in ((["--network", "--device", ""], "an empty device name"),
+                       (["--network", "--ranks", "1"], "--ranks 1: the measurement needs 2 to 64 processes"),
+                       (["--network", "--max-bytes", "10"], "--max-bytes 10: must be between 1024 and"),
+                       (["--network", "--min-bytes", "64"], "--min-bytes: only with --nccl-tests"),
+                       (["--network", "--nccl-tests", str(log)], "--nccl-tests and --network: give one")):
+        assert said in _refused(capsys, ["calibrate", *argv, "--out", str(tmp_path / "m.toml")])
+    assert not (tmp_path / "m.toml").exists()
 
 
 def ar_scenario(folder: Path, profile: str, nodes: int, g: int) -> Path:

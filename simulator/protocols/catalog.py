@@ -78,11 +78,49 @@ SPECS: dict[str, ProtocolSpec] = {s.name: s for s in (
                  live=False),
     ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph",
                  live_defaults=(("protocol.overlap", 0),)),
+    ProtocolSpec("local_sgd", GOSSIP, "local SGD: H local steps on every node, then the models are averaged "
+                 "(PyTorch's PeriodicModelAverager / post-local SGD)", live=False),
+    ProtocolSpec("diloco", GOSSIP, "DiLoCo: H inner steps on every node, then an outer Nesterov step on the "
+                 "averaged pseudo-gradient (Douillard et al. 2023)", live=False),
 )}
 
 PROTOCOLS: tuple[str, ...] = tuple(SPECS)
 PS_PROTOCOLS: tuple[str, ...] = tuple(n for n, s in SPECS.items() if s.family == PS)
 GOSSIP_PROTOCOLS: tuple[str, ...] = tuple(n for n, s in SPECS.items() if s.family == GOSSIP)
+
+
+# the low-communication protocols (one engine: simulator/local_sgd.py) and those whose averaging
+# protocol.compression may compress (the all-reduce ones)
+LOCAL_PROTOCOLS: tuple[str, ...] = ("local_sgd", "diloco")
+COMPRESSIBLE_PROTOCOLS: tuple[str, ...] = ("allreduce",) + LOCAL_PROTOCOLS
+
+# Keys added to the schema after its first release, with their defaults: a point holding one
+# at its default leaves it out of its hash and trace header (elide_late_defaults), so every
+# earlier point keeps its run id and its trace byte for byte.
+LATE_DEFAULTS: dict[str, Any] = {
+    "protocol.local_steps": 1,
+    "protocol.warmup_steps": 0,
+    "protocol.outer_lr": 0.7,
+    "protocol.outer_momentum": 0.9,
+    "protocol.fragments": 1,
+    "protocol.compression": "none",
+    "protocol.powersgd_rank": 1,
+    "protocol.powersgd_warmup": 0,
+}
+
+
+def elide_late_defaults(point: dict[str, Any]) -> dict[str, Any]:
+    """``point`` (a copy of the tables it changes) without the :data:`LATE_DEFAULTS` keys that
+    hold their default value; a key set to anything else stays."""
+    out = dict(point)
+    for key, default in LATE_DEFAULTS.items():
+        table, leaf = key.split(".")
+        sub = out.get(table)
+        if isinstance(sub, dict) and leaf in sub and sub[leaf] == default and type(sub[leaf]) is type(default):
+            if sub is point.get(table):
+                sub = out[table] = dict(sub)
+            del sub[leaf]
+    return out
 
 
 def spec_of(point: dict[str, Any]) -> ProtocolSpec:

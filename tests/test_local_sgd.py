@@ -1,0 +1,237 @@
+"""Local SGD, DiLoCo and compressed all-reduce: simulator, trace and replay against independent truths.
+
+Each test names its truth: an equivalence between two protocols replayed by two different
+interpreters (the generic replay for AllReduce-SGD and plain local SGD, the local replay for
+outer ops and compression), a closed form of the simulated time, the byte formula of each
+compression counted by hand from the digits MLP's layer sizes, and the CLI's refusals.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ddlsim.backends.optim import Optimizer, mean_staleness
+from ddlsim.backends.replay import make_replayer
+from ddlsim.backends.replay_generic import Replayer
+from ddlsim.backends.replay_local import LocalReplayer
+from ddlsim.backends.workloads import build_model, load_data
+from ddlsim.scenarios.cli import main
+from ddlsim.simulator import trace as T
+from ddlsim.simulator.protocols.local import fragment_tensors
+from ddlsim.simulator.run import simulate
+from tests.conftest import make_point
+
+torch.set_num_threads(1)
+
+# digits MLP: 64 → 128 → 10 (weights (128, 64), (10, 128); biases 128 and 10)
+MLP_P = 128 * 64 + 128 + 10 * 128 + 10
+
+
+def point(protocol: str, **sets) -> dict:
+    base = dict(protocol__name=protocol, cluster__learners=4, cluster__minibatch=8, workload__epochs=1.0,
+                workload__evals_per_epoch=2, optimizer__name="sgd", optimizer__momentum=0.0, optimizer__lr=0.1,
+                cluster__compute__distribution="deterministic")
+    base.update(sets)
+    return make_point(**base)
+
+
+def replayed(p: dict, kind: type | None = None):
+    trace = simulate(p).trace
+    opt = Optimizer(p["optimizer"], mean_staleness(trace.inputs["staleness"]))
+    model = build_model(p)
+    if kind is LocalReplayer:
+        rep = LocalReplayer(trace, model, load_data(p), opt)
+    else:
+        rep = make_replayer(trace, model, load_data(p), opt, stacked="off")
+        assert kind is None or isinstance(rep, kind)
+    rep.run()
+    return trace, rep
+
+
+def node0(rep) -> torch.Tensor:
+    return rep.final_states()[0][0]
+
+
+def test_local_sgd_with_one_local_step_is_allreduce_sgd() -> None:
+    # truth: averaging the models after every plain-SGD step is the step on the averaged gradient
+    ar_trace, ar = replayed(point("allreduce"), Replayer)
+    ls_trace, ls = replayed(point("local_sgd", protocol__local_steps=1), Replayer)
+    # the same minibatches in the same order
+    g_ar, g_ls = ar_trace.ops["kind"] == T.GRAD, ls_trace.ops["kind"] == T.GRAD
+    assert np.array_equal(ar_trace.ops["sample_start"][g_ar], ls_trace.ops["sample_start"][g_ls])
+    assert torch.allclose(node0(ar), node0(ls), atol=1e-6, rtol=0)
+    for a, b in zip(ar.curves, ls.curves, strict=True):
+        assert a["test_error"] == pytest.approx(b["test_error"], abs=1 / 360 + 1e-12)
+    # every node holds the average after the last averaging
+    states = ls.final_states()
+    assert all(torch.allclose(states[k][0], states[0][0], atol=1e-6) for k in states)
+
+
+def test_local_replay_of_plain_local_sgd_equals_the_generic_replay() -> None:
+    # truth: two interpreters of one trace (mixes, per-node applies) agree
+    p = point("local_sgd", protocol__local_steps=3, optimizer__momentum=0.9)
+    _, gen = replayed(p, Replayer)
+    _, loc = replayed(p, LocalReplayer)
+    assert torch.allclose(node0(gen), node0(loc), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("inner", ["adamw", "sgd"])
+def test_diloco_with_outer_sgd_of_rate_one_is_local_sgd(inner: str) -> None:
+    # truth: a − 1·(a − mean x_i) = mean x_i: DiLoCo's outer SGD (lr 1, momentum 0) is plain averaging
+    sets = dict(protocol__local_steps=4, optimizer__name=inner, optimizer__lr=0.01 if inner == "adamw" else 0.1)
+    ls_trace, ls = replayed(point("local_sgd", **sets), Replayer)
+    dl_trace, dl = replayed(point("diloco", protocol__outer_lr=1.0, protocol__outer_momentum=0.0, **sets),
+                            LocalReplayer)
+    assert int((dl_trace.ops["kind"] == T.OUTER).sum()) == math.ceil(int((ls_trace.ops["kind"] == T.APPLY).sum())
+                                                                      / 4 / 4)
+    assert torch.allclose(node0(ls), node0(dl), atol=1e-5, rtol=0)
+
+
+def test_diloco_outer_nesterov_step_by_hand() -> None:
+    # truth: one round by hand — H inner SGD steps per node, then a ← a − lr·(Δ + μ·Δ) (first
+    # Nesterov step: the buffer is Δ), Δ the mean over nodes of a − x_i
+    p = point("diloco", protocol__local_steps=2, protocol__outer_lr=0.7, protocol__outer_momentum=0.9,
+              workload__epochs=32 / 1437, cluster__learners=2)
+    trace, rep = replayed(p, LocalReplayer)
+    assert int((trace.ops["kind"] == T.OUTER).sum()) == 1
+    model = build_model(p)
+    data = load_data(p)
+    x0 = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    from ddlsim.backends.flatmodel import FlatModel
+    from ddlsim.backends.replay_data import Minibatches
+    flat = FlatModel(build_model(p))
+    mb = Minibatches(data, int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+    xs = [x0.clone(), x0.clone()]
+    for k in range(2):
+        for i in range(2):
+            xb, yb = mb.one((k * 2 + i) * 8, 8)
+            g, _ = flat.grad(xs[i], xb, yb)
+            xs[i] = xs[i] - 0.1 * g
+    delta = sum(x0 - x for x in xs) / 2
+    expect = x0 - 0.7 * (delta + 0.9 * delta)
+    assert torch.allclose(node0(rep), expect, atol=1e-6, rtol=0)
+
+
+def test_powersgd_at_full_rank_is_uncompressed_allreduce() -> None:
+    # truth: a rank at or above every matrix's smaller side (64 and 10) sends them exactly
+    _, plain = replayed(point("allreduce"), Replayer)
+    _, psgd = replayed(point("allreduce", protocol__compression="powersgd", protocol__powersgd_rank=64),
+                       LocalReplayer)
+    assert torch.allclose(node0(plain), node0(psgd), atol=1e-5, rtol=0)
+
+
+def test_fp16_rounding_moves_the_weights_a_little() -> None:
+    # truth: fp16 keeps 11 significant bits: the replay differs from float32 by rounding only
+    _, plain = replayed(point("allreduce"), Replayer)
+    _, half = replayed(point("allreduce", protocol__compression="fp16"), LocalReplayer)
+    diff = float((node0(plain) - node0(half)).abs().max())
+    assert 0 < diff < 1e-2
+
+
+def test_simulated_time_of_local_sgd_is_the_closed_form() -> None:
+    # truth: deterministic compute, no overlap: K steps of (c + step_s), ⌈K/H⌉ ring all-reduces of
+    # the model, each 2(N−1)(α + o) + 2(N−1)/N · 4P/β (hand-written, not the simulator's collectives)
+    n, mu, H, base, per, step = 4, 8, 5, 0.003, 0.0002, 0.0004
+    alpha, o, beta = 1e-4, 2e-5, 1e8
+    p = point("local_sgd", protocol__local_steps=H, cluster__compute__base_s=base,
+              cluster__compute__per_sample_s=per, cluster__compute__step_s=step, cluster__network__latency_s=alpha,
+              cluster__network__overhead_s=o, cluster__network__bandwidth_Bps=beta)
+    sim = simulate(p)
+    K = math.ceil(1437 / (n * mu))
+    ring = 2 * (n - 1) * (alpha + o) + 2 * (n - 1) / n * 4 * MLP_P / beta
+    expect = K * (base + per * mu + step) + math.ceil(K / H) * ring
+    assert sim.summary["sim_time_s"] == pytest.approx(expect, rel=1e-12)
+
+
+@pytest.mark.parametrize("compression, rank, elements", [
+    ("none", 1, MLP_P),
+    ("fp16", 1, MLP_P / 2),                     # 2 bytes of 4
+    ("bf16", 1, MLP_P / 2),
+    ("powersgd", 2, 2 * (128 + 64) + 2 * (10 + 128) + 128 + 10),   # r·(n + m) per matrix, vectors whole
+    ("powersgd", 9, 9 * (128 + 64) + 9 * (10 + 128) + 128 + 10),
+    ("powersgd", 10, 10 * (128 + 64) + 10 * 128 + 128 + 10),      # (10, 128) at rank ≥ 10: sent whole
+])
+def test_bytes_of_each_compression_are_the_formula(compression: str, rank: int, elements: float) -> None:
+    # truth: per averaging a ring all-reduce moves 2(N−1) × the payload through the NICs
+    n, H = 4, 3
+    p = point("local_sgd", protocol__local_steps=H, protocol__compression=compression,
+              protocol__powersgd_rank=rank)
+    sim = simulate(p)
+    K = math.ceil(1437 / (n * 8))
+    total = math.ceil(K / H) * 2 * (n - 1) * 4 * elements
+    assert sim.summary["bytes_sent_per_node_per_iter"] * n * K == pytest.approx(total, rel=1e-12)
+
+
+def test_fragments_partition_the_tensors_in_order() -> None:
+    # truth: contiguous, every fragment used, balanced by elements where the sizes allow
+    assert fragment_tensors([8192, 128, 1280, 10], 2) == [0, 1, 1, 1]
+    assert fragment_tensors([1, 1, 1, 1], 4) == [0, 1, 2, 3]
+    assert fragment_tensors([5, 5, 5, 5], 2) == [0, 0, 1, 1]
+    assert fragment_tensors([100, 1, 1], 3) == [0, 1, 2]
+
+
+def test_streaming_diloco_synchronises_one_fragment_every_h_over_f_steps() -> None:
+    # truth: F = 2, H = 4: an outer op every 2 local steps, fragments in turn, all at the end
+    p = point("diloco", protocol__local_steps=4, protocol__fragments=2)
+    trace, rep = replayed(p, LocalReplayer)
+    outer = trace.ops["kind"] == T.OUTER
+    frags = trace.ops["batch_index"][outer].tolist()
+    K = math.ceil(1437 / 32)
+    assert len(frags) == K // 2 + (2 if K % 2 else 1)
+    assert frags[:4] == [0, 1, 0, 1]
+    assert not rep.diverged and rep.curves[-1]["test_error"] < 0.5
+
+
+def test_trace_round_trips_as_schema_2_and_older_traces_stay_version_1(tmp_path: Path) -> None:
+    # truth: the file says which schema it needs; schema 1 traces are unchanged
+    sim = simulate(point("diloco", protocol__local_steps=2))
+    T.write(sim.trace, tmp_path / "d.ddlt")
+    back = T.read(tmp_path / "d.ddlt")
+    assert back.header["schema_version"] == 2 and back.header["averaging"]["compression"] == "none"
+    for name in T.OP_COLUMNS:
+        assert np.array_equal(back.ops[name], sim.trace.ops[name])
+    old = simulate(point("allreduce")).trace
+    T.write(old, tmp_path / "a.ddlt")
+    assert T.read(tmp_path / "a.ddlt").header["schema_version"] == 1
+    # an outer op in a version-1 file is refused
+    header = dict(sim.trace.header, schema_version=1)
+    with pytest.raises(T.TraceError, match="outer ops need schema version 2"):
+        T.check(T.Trace(header, sim.trace.ops, sim.trace.inputs))
+
+
+def test_points_without_the_new_keys_keep_their_ids() -> None:
+    # truth: a key at its default is left out of the hash, so every earlier point keeps its run id
+    from ddlsim.scenarios.load import run_id
+    a, b = point("allreduce"), point("allreduce", protocol__local_steps=1, protocol__compression="none")
+    assert run_id(a) == run_id(b)
+    assert run_id(point("allreduce", protocol__compression="fp16")) != run_id(a)
+    assert "local_steps" not in simulate(a).trace.header["point"]["protocol"]
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["protocol.name=\"local_sgd\"", "protocol.local_steps=0"], ["protocol.local_steps", "0"]),
+    (["protocol.name=\"allreduce\"", "protocol.compression=\"powersgd\"", "protocol.powersgd_rank=0"],
+     ["protocol.powersgd_rank", "0"]),
+    (["protocol.name=\"async\"", "protocol.compression=\"fp16\""], ["protocol.compression", "fp16", "async"]),
+    (["protocol.name=\"diloco\"", "protocol.outer_momentum=1.0"], ["protocol.outer_momentum", "1"]),
+    (["protocol.name=\"diloco\"", "protocol.outer_momentum=-0.1"], ["protocol.outer_momentum", "-0.1"]),
+    (["protocol.name=\"local_sgd\"", "protocol.fragments=2", "protocol.local_steps=4"], ["protocol.fragments"]),
+    (["protocol.name=\"diloco\"", "protocol.fragments=8", "protocol.local_steps=4"], ["protocol.fragments", "8"]),
+    (["protocol.name=\"diloco\"", "protocol.compression=\"lz4\""], ["protocol.compression", "lz4"]),
+])
+def test_bad_input_is_one_line_naming_key_and_value(tmp_path: Path, capsys: pytest.CaptureFixture, sets: list[str],
+                                                    words: list[str]) -> None:
+    args = ["simulate", "demo", "--out", str(tmp_path / "o"), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ddlsim: error:") and "\n" not in err and "Traceback" not in err
+    for w in words:
+        assert w in err
+    assert not (tmp_path / "o").exists()
