@@ -3,7 +3,10 @@
 Pure functions on lists of tensors, no process group: ``per_node[i][k]`` is node ``i``'s
 gradient of tensor ``k`` (every node the same shapes, in the same order); each function
 returns the list every node receives (the decompressed mean). Sums over nodes run in node
-order, one rounding per addition (what a 2-rank gloo all-reduce computes exactly).
+order, one rounding per addition (what a 2-rank gloo all-reduce computes exactly). Every
+function also runs on one live node: given its own gradients, the world size and a
+:data:`Reduce` that all-reduces (sums) over the nodes, it returns what the pure form returns
+(:mod:`.live_local`), so the replay and the live run share one definition of the arithmetic.
 
 * :func:`mean_average` is ``allreduce_hook`` (and PowerSGD's warm-up steps):
   ``Σ_i (g_i / n)``.
@@ -33,7 +36,7 @@ stacks the nodes' matrices of each tensor into one ``matmul`` (equal to float ro
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -63,28 +66,38 @@ def round_trip(t: Tensor, compression: str) -> Tensor:
     return t.to(HALF_DTYPES[compression]).to(t.dtype)
 
 
-def _node_sum(terms: Sequence[Tensor]) -> Tensor:
-    """``terms[0] + terms[1] + …`` in order, in the terms' dtype (a new tensor)."""
-    acc = terms[0].clone()
-    for t in terms[1:]:
+Reduce = Callable[[Tensor], Tensor]
+
+
+def node_sum(stack: Tensor) -> Tensor:
+    """``stack[0] + stack[1] + …`` over the first dimension, in order (a new tensor): the sum
+    over nodes when every node's tensor is here (a :data:`Reduce`)."""
+    acc = stack[0].clone()
+    for t in stack[1:]:
         acc.add_(t)
     return acc
 
 
-def mean_average(per_node: Sequence[Sequence[Tensor]]) -> list[Tensor]:
-    """``Σ_i (g_i / n)`` per tensor (DDP's ``allreduce_hook``: divide, then all-reduce)."""
-    n = len(per_node)
-    return [_node_sum([g[k] / n for g in per_node]) for k in range(len(per_node[0]))]
+def mean_average(per_node: Sequence[Sequence[Tensor]], reduce: Reduce = node_sum,
+                 world: int | None = None) -> list[Tensor]:
+    """``Σ_i (g_i / n)`` per tensor (DDP's ``allreduce_hook``: divide, then all-reduce).
+
+    ``reduce`` sums a stack of the nodes' tensors held here over every node (default: they are
+    all here; a live node passes its all-reduce and its one gradient list), ``world`` is n."""
+    n = world or len(per_node)
+    return [reduce(torch.stack([g[k] / n for g in per_node])) for k in range(len(per_node[0]))]
 
 
-def half_average(per_node: Sequence[Sequence[Tensor]], compression: str) -> list[Tensor]:
+def half_average(per_node: Sequence[Sequence[Tensor]], compression: str, reduce: Reduce = node_sum,
+                 world: int | None = None) -> list[Tensor]:
     """``fp16_compress_hook`` / ``bf16_compress_hook``: ``Σ_i half(g_i) / n`` summed in the
-    half type (each division and addition rounded there), cast back to each tensor's dtype."""
+    half type (each division and addition rounded there), cast back to each tensor's dtype;
+    ``reduce`` and ``world`` as in :func:`mean_average`."""
     dtype = HALF_DTYPES[compression]
-    n = len(per_node)
+    n = world or len(per_node)
     out = []
     for k in range(len(per_node[0])):
-        summed = _node_sum([g[k].to(dtype).div_(n) for g in per_node])
+        summed = reduce(torch.stack([g[k].to(dtype).div_(n) for g in per_node]))
         out.append(summed.to(per_node[0][k].dtype))
     return out
 
@@ -155,57 +168,108 @@ class PowerSGDState:
                 q = torch.randn(1, m, effective_rank(n, m, self.rank), generator=gen, dtype=grads[k].dtype)
                 self.qs[k] = orthogonalize_(q.to(grads[k].device), self.epsilon)
 
-    def average(self, per_node_grads: Sequence[Sequence[Tensor]], step: int) -> list[Tensor]:
+    def average(self, per_node_grads: Sequence[Sequence[Tensor]], step: int, reduce: Reduce = node_sum,
+                world: int | None = None) -> list[Tensor]:
         """The decompressed mean every node receives at step ``step`` (0-based) for the
-        nodes' gradients ``per_node_grads[i][k]``; updates the error memory and ``Q``."""
+        nodes' gradients ``per_node_grads[i][k]``; updates the error memory and ``Q``.
+
+        As the hook, three sums over the nodes, each of one flat vector: the uncompressed
+        tensors, all ``P``, all ``Q``; ``reduce`` and ``world`` as in :func:`mean_average` (a
+        live node keeps the state of its own gradients only)."""
+        n = world or len(per_node_grads)
         if step < self.warmup:
-            return mean_average(per_node_grads)
-        nodes = len(per_node_grads)
+            return mean_average(per_node_grads, reduce, n)
+        here = len(per_node_grads)
         first = per_node_grads[0]
         if self.errors is None:
             self.compressed = [k for k, g in enumerate(first) if self.compresses(g.shape)]
             self.errors = [[torch.zeros_like(g) for g in grads] for grads in per_node_grads]
             self._init_qs(first)
-        elif len(self.errors) != nodes:
-            raise ValueError(f"PowerSGD state of {len(self.errors)} nodes given {nodes} nodes' gradients")
+        elif len(self.errors) != here:
+            raise ValueError(f"PowerSGD state of {len(self.errors)} nodes given {here} nodes' gradients")
         else:
             for q in self.qs.values():
                 orthogonalize_(q, self.epsilon)
         mats = [[g + e for g, e in zip(grads, errs)] for grads, errs in zip(per_node_grads, self.errors)]
-        is_comp = set(self.compressed)
-        out: list[Tensor] = []
-        for k in range(len(first)):
-            if k not in is_comp:
-                out.append(_node_sum([mats[i][k] for i in range(nodes)]).div_(nodes))
+        comp = self.compressed
+        is_comp = set(comp)
+        plain = [k for k in range(len(first)) if k not in is_comp]
+        out: list[Tensor | None] = [None] * len(first)
+        if plain:
+            summed = reduce(torch.stack([torch.cat([m[k].reshape(-1) for k in plain]) for m in mats])).div_(n)
+            for k, part in zip(plain, _split_flat(summed, [first[k] for k in plain])):
+                out[k] = part
+        if comp:
+            views = [[m[k].reshape(1, first[k].shape[0], -1) for k in comp] for m in mats]  # node → (1, n, m)
+            p_all = reduce(self._products(views, [self.qs[k] for k in comp], transpose=False))
+            ps = _split_flat(p_all, [self.qs[k].new_empty(1, v.shape[1], self.qs[k].shape[2])
+                                     for k, v in zip(comp, views[0])])
+            self._orthogonalize_all(ps)
+            q_all = reduce(self._products(views, ps, transpose=True)).div_(n)
+            qs = _split_flat(q_all, [self.qs[k] for k in comp])
+            for k, p, q in zip(comp, ps, qs):
+                self.qs[k] = q
+                out[k] = torch.bmm(p, q.transpose(1, 2)).reshape(first[k].shape)
+        result = [t for t in out if t is not None]
+        for i in range(here):
+            self.errors[i] = [mats[i][k] - result[k] for k in range(len(first))]
+        return result
+
+    def _products(self, views: list[list[Tensor]], factors: list[Tensor], transpose: bool) -> Tensor:
+        """Every node's ``M_k F_k`` (or ``M_kᵀ F_k``) for each compressed tensor k, flattened
+        and concatenated: one row per node (the batched form stacks the nodes per tensor)."""
+        here = len(views)
+        if self.batched:
+            cols = []
+            for j, f in enumerate(factors):
+                stack = torch.stack([views[i][j] for i in range(here)])  # (nodes, 1, n, m)
+                prod = torch.matmul(stack.transpose(2, 3) if transpose else stack, f)
+                cols.append(prod.reshape(here, -1))
+            return torch.cat(cols, dim=1)
+        rows = []
+        for i in range(here):
+            rows.append(torch.cat([torch.bmm(v.transpose(1, 2) if transpose else v, f).reshape(-1)
+                                   for v, f in zip(views[i], factors)]))
+        return torch.stack(rows)
+
+    def _orthogonalize_all(self, ps: list[Tensor]) -> None:
+        """Orthogonalise each ``P`` in place: one at a time (the hook), or same shapes together (batched)."""
+        if not self.batched:
+            for p in ps:
+                orthogonalize_(p, self.epsilon)
+            return
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for j, p in enumerate(ps):
+            groups[tuple(p.shape)].append(j)
+        for js in groups.values():
+            if len(js) == 1:
+                orthogonalize_(ps[js[0]], self.epsilon)
                 continue
-            shape = first[k].shape
-            n = shape[0]
-            q = self.qs[k]
-            if self.batched:
-                stack = torch.stack([mats[i][k].reshape(1, n, -1) for i in range(nodes)])  # (N, 1, n, m)
-                p = torch.matmul(stack, q).sum(dim=0)
-                orthogonalize_(p, self.epsilon)
-                q_new = torch.matmul(stack.transpose(2, 3), p).sum(dim=0).div_(nodes)
-            else:
-                views = [mats[i][k].reshape(1, n, -1) for i in range(nodes)]
-                p = _node_sum([torch.bmm(v, q) for v in views])
-                orthogonalize_(p, self.epsilon)
-                q_new = _node_sum([torch.bmm(v.transpose(1, 2), p) for v in views]).div_(nodes)
-            self.qs[k] = q_new
-            out.append(torch.bmm(p, q_new.transpose(1, 2)).reshape(shape))
-        for i in range(nodes):
-            self.errors[i] = [mats[i][k] - out[k] for k in range(len(first))]
-        return out
+            batch = orthogonalize_(torch.cat([ps[j] for j in js]), self.epsilon)
+            for b, j in enumerate(js):
+                ps[j].copy_(batch[b:b + 1])
+
+
+def _split_flat(flat: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+    """``flat`` cut into consecutive pieces shaped as the tensors of ``like`` (views)."""
+    out, at = [], 0
+    for t in like:
+        k = t.numel()
+        out.append(flat[at:at + k].view(t.shape))
+        at += k
+    return out
 
 
 def average(per_node_grads: Sequence[Sequence[Tensor]], compression: str,
-            powersgd: PowerSGDState | None = None, step: int = 0) -> list[Tensor]:
-    """The mean every node receives under ``compression`` (``powersgd`` holds PowerSGD's state)."""
+            powersgd: PowerSGDState | None = None, step: int = 0, reduce: Reduce = node_sum,
+            world: int | None = None) -> list[Tensor]:
+    """The mean every node receives under ``compression`` (``powersgd`` holds PowerSGD's
+    state; ``reduce`` and ``world`` as in :func:`mean_average`)."""
     check_compression(compression)
     if compression == "none":
-        return mean_average(per_node_grads)
+        return mean_average(per_node_grads, reduce, world)
     if compression in HALF_DTYPES:
-        return half_average(per_node_grads, compression)
+        return half_average(per_node_grads, compression, reduce, world)
     if powersgd is None:
         raise ValueError("compression 'powersgd' needs a PowerSGDState")
-    return powersgd.average(per_node_grads, step)
+    return powersgd.average(per_node_grads, step, reduce, world)
