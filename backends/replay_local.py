@@ -15,8 +15,9 @@
   of every node ``Δ_i = a − x_i`` over the fragment (``a`` the anchor state (src_node,
   src_version), ``x_i`` each node's latest state) averaged under the compression (its own
   PowerSGD state per fragment), then the outer step ``a − lr · step`` with
-  ``step`` Nesterov SGD's on ``mean Δ`` (momentum ``self_coef``, learning rate ``coef``,
-  :func:`.optim.sgd_update`; the buffer one per fragment, kept across outer steps); the
+  ``step`` Nesterov SGD's on ``mean Δ`` (momentum ``self_coef``, learning rate ``coef``:
+  :class:`.optim.OuterOptimizer`, one per fragment, its buffer kept across outer steps;
+  uncompressed, ``mean Δ`` is :func:`.optim.pseudo_gradient`'s ``a − Σ_i x_i / n``); the
   rest of node 0's state stays.
 
 Gradients of consecutive grad ops of one minibatch size are computed in one batched call
@@ -36,7 +37,7 @@ from torch import Tensor, nn
 from ..simulator.trace import APPLY, EVAL, GRAD, MIX, OUTER, Trace
 from .compression import PowerSGDState, average
 from .flatmodel import FlatModel
-from .optim import Optimizer, sgd_update
+from .optim import Optimizer, OuterOptimizer
 from .replay_data import Diverged, LossLog, Minibatches
 from .replay_plan import check_header
 from .workloads import Data
@@ -108,7 +109,7 @@ class LocalReplayer:
         self.grads: dict[int, Tensor] = {}
         self.powersgd: dict[tuple[str, int], PowerSGDState] = {}
         self.rounds: dict[tuple[str, int], int] = {}
-        self.outer_buf: dict[int, Tensor | None] = {}
+        self.outer: dict[int, OuterOptimizer] = {}  # one outer optimizer (its momentum buffer) per fragment
         self.curves: list[dict[str, Any]] = []
         self.diverged = False
         self.diverged_at_update: int | None = None
@@ -154,8 +155,6 @@ class LocalReplayer:
         key = (what, fragment)
         step = self.rounds.get(key, 0)
         self.rounds[key] = step + 1
-        if self.compression == "none":
-            return torch.stack(flats).mean(0) if len(flats) > 1 else flats[0]
         state = None
         if self.compression == "powersgd":
             state = self.powersgd.get(key)
@@ -243,10 +242,15 @@ class LocalReplayer:
         lo, hi, tensors = self.slices[frag]
         akey = (int(ops["src_node"][i]), int(ops["src_version"][i]))
         anchor = self.states[akey][lo:hi]
-        deltas = [anchor - self.states[(k, self.latest[k])][lo:hi] for k in range(self.nodes)]
-        mean = self._average(deltas, tensors, "outer", frag)
-        step, self.outer_buf[frag] = sgd_update(anchor, mean, self.outer_buf.get(frag), float(ops["coef"][i]),
-                                                float(ops["self_coef"][i]), True)
+        outer = self.outer.get(frag)
+        if outer is None:
+            outer = self.outer[frag] = OuterOptimizer(float(ops["coef"][i]), float(ops["self_coef"][i]))
+        locals_ = [self.states[(k, self.latest[k])][lo:hi] for k in range(self.nodes)]
+        if self.compression == "none":
+            step = outer.step(anchor, locals_)
+        else:
+            mean = self._average([anchor - x for x in locals_], tensors, "outer", frag)
+            step = outer.step_delta(anchor, mean)
         new = self.states[(nd, v)].clone()
         new[lo:hi] = step
         self._set(nd, v, new, i)
