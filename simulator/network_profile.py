@@ -244,6 +244,9 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
     if not timings:
         raise LogError(f"{source}: line {header_line}: the result table has no rows of more than 0 bytes")
     n = _ranks(rank_hosts, ranks, text, source)
+    if n < 2:
+        raise LogError(f"{source}: {n} rank: a collective of one GPU moves nothing over a link; the log calibrates "
+                       "none (run it on 2 or more GPUs)")
     return CollectiveLog(source, n, len(set(rank_hosts.values())), _collective(bandwidths, n, collective, source),
                          tuple(timings), empty)
 

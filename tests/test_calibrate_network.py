@@ -162,6 +162,8 @@ def test_bad_logs_are_one_line_naming_the_file_and_the_line(tmp_path: Path, caps
     cut[first_row + 1] = cut[first_row + 1].rsplit(None, 2)[0]
     err = case("cut.log", "\n".join(cut))
     assert f"cut.log: line {first_row + 2}: 11 fields where the column header" in err
+    one_gpu = "\n".join(line for line in lines if "Rank" not in line or "Rank  0 " in line)
+    assert "one.log: 1 rank: a collective of one GPU moves nothing" in case("one.log", one_gpu)
     err = case("gather.log", good, "--collective", "all_gather")  # busbw/algbw is all-reduce's 1.75
     assert "is not all_gather's 0.875 for 8 ranks" in err
     assert not out.exists()  # nothing written by a refused command
