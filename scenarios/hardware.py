@@ -5,7 +5,8 @@
   = 0``, deterministic) and the intra-node link to the GPU's (``intra_bandwidth_Bps``,
   ``intra_latency_s``);
 * ``cluster.network.preset = "ib-edr"`` sets ``latency_s``, ``bandwidth_Bps`` and
-  ``overhead_s``.
+  ``overhead_s``;
+* ``protocol.library = "nccl"`` applies a library's figures (``libraries.toml``, :mod:`.libraries`).
 
 A key the scenario sets itself (in the file, a sweep or ``--set``) wins over a preset.
 ``ddlsim hardware`` lists the catalogue; ``python -m ddlsim.scenarios.hardware`` prints
@@ -19,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from . import libraries
 from .schema import ScenarioError, set_dotted
 
 CATALOGUE_FILE = Path(__file__).resolve().parent / "hardware.toml"
@@ -50,32 +52,32 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
     gpu = cl["gpu"]
     if gpu is not None:
         if gpu not in cat["gpu"]:
-            raise ScenarioError(f"{where}: key 'cluster.gpu' = {gpu!r}{label}: not in the hardware catalogue "
-                                f"(one of {', '.join(cat['gpu'])}; `ddlsim hardware` lists them)")
+            raise ScenarioError(f"{where}: key 'cluster.gpu' = {gpu!r}{label}: not in the hardware catalogue"
+                                f"{libraries.did_you_mean(gpu, list(cat['gpu']))} (one of {', '.join(cat['gpu'])}; `ddlsim hardware` lists them)")
         model, precision = point["workload"]["model"], cl["precision"]
         entry = gpu_throughput(gpu, precision, model)
-        compute_keys = ("cluster.compute.base_s", "cluster.compute.per_sample_s")
-        if entry is None and not all(k in explicit for k in compute_keys):
+        if entry is None and "cluster.compute.per_sample_s" not in explicit:
             have = sorted(cat["gpu"][gpu].get(precision, {}))
             raise ScenarioError(
                 f"{where}: key 'cluster.gpu' = {gpu!r}{label}: no published {precision} throughput for model {model!r} "
-                f"in the hardware catalogue (it has: {', '.join(have) or 'none'}); set cluster.compute.base_s "
-                "and cluster.compute.per_sample_s yourself")
+                f"in the hardware catalogue (it has: {', '.join(have) or 'none'}); set cluster.compute.per_sample_s "
+                "(and cluster.compute.base_s) yourself")
+        fill("cluster.compute.base_s", 0.0)
+        fill("cluster.compute.distribution", "deterministic")
         if entry is not None:
-            fill("cluster.compute.base_s", 0.0)
             fill("cluster.compute.per_sample_s", 1.0 / entry["per_s"])
-            fill("cluster.compute.distribution", "deterministic")
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
     preset = cl["network"]["preset"]
     if preset is not None:
         if preset not in cat["network"]:
-            raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware catalogue "
-                                f"(one of {', '.join(cat['network'])})")
+            raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware catalogue"
+                                f"{libraries.did_you_mean(preset, list(cat['network']))} (one of {', '.join(cat['network'])})")
         net = cat["network"][preset]
         for key in ("latency_s", "bandwidth_Bps", "overhead_s"):
             fill(f"cluster.network.{key}", float(net[key]))
+    libraries.apply_library(point, explicit, where, label)
 
 
 def listing() -> str:
@@ -94,6 +96,7 @@ def listing() -> str:
     for key, n in cat["intra"].items():
         lines.append(f"  {key:12s} {n['bandwidth_Bps'] / 1e9:7.3g} GB/s  latency {n['latency_s'] * 1e6:5.3g} µs  "
                      f"{n['name']}")
+    lines += libraries.listing()
     lines.append("Sources: docs/hardware.md")
     return "\n".join(lines)
 
@@ -114,6 +117,7 @@ def markdown() -> str:
         for key, n in cat[table].items():
             out.append(f"| `{key}` ({table}) | {n['bandwidth_Bps']:g} | {n['latency_s']:g} | "
                        f"{n.get('overhead_s', 0.0):g} | {n['name']} | {n['source']} |")
+    out += ["", *libraries.markdown()]
     out += ["", "### Sources", ""]
     out += [f"* **{key}**: {text}" for key, text in cat["sources"].items()]
     return "\n".join(out) + "\n"
@@ -132,6 +136,10 @@ def check_catalogue() -> list[str]:
                     problems.append(f"gpu {key} {p} {m}: unknown source {e.get('source')!r}")
                 if not e.get("per_s", 0) > 0:
                     problems.append(f"gpu {key} {p} {m}: per_s must be > 0")
+    for key, lib in libraries.libraries().items():
+        for f in libraries.FIGURES:
+            if f in lib and libraries.source_of(lib, f) not in cat["sources"]:
+                problems.append(f"library {key} {f}: unknown source {libraries.source_of(lib, f)!r}")
     for table in ("intra", "network"):
         for key, n in cat[table].items():
             cited = [s.strip() for s in str(n.get("source", "")).split(";")]

@@ -74,5 +74,12 @@ def test_published_validation_is_current_and_meets_its_goal() -> None:
     assert len(counted) >= 15 and len({r.row.source for r in counted}) >= 4
     assert statistics.median(abs(r.error) for r in counted) <= 0.10
     assert all(r.row.source in catalogue()["sources"] for r in results)
-    assert all(r.row.mechanism for r in counted if abs(r.error) > 0.10)
+    assert all(published.missing(r.row) != "not identified" for r in counted if abs(r.error) > 0.10)
+    # scored on the overhead (issue: ahead of both baselines), with every miss over 25 % explained
+    sc = published.scores(results)
+    assert len(counted) >= 40
+    assert sc["ddlsim"]["overhead_median"] < min(sc["alpha-beta"]["overhead_median"], sc["linear"]["overhead_median"])
+    assert sc["ddlsim"]["total_median"] <= 0.05
+    assert all(published.missing(r.row) != "not identified" for r in counted
+               if (e := r.overhead_error(r.sec_per_iter)) is not None and abs(e) > 0.25)
     assert (DOCS / "published-validation.md").read_text(encoding="utf-8") == published.note(results)

@@ -1,0 +1,167 @@
+"""The published-validation script's scoring, its baselines, the library presets and the
+parameter-server mechanisms (each against a hand computation or an independent implementation)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from ddlsim.scenarios import published
+from ddlsim.scenarios.cli import main
+from ddlsim.scenarios.libraries import libraries
+from ddlsim.scenarios.load import ScenarioError, load_text
+
+BASE = """
+[workload]
+dataset = "imagenet"
+model = "resnet50"
+[cluster]
+learners = 16
+gpus_per_node = 8
+gpu = "v100"
+"""
+RESNET50 = 25_557_032
+
+
+def test_spearman_against_the_textbook_formula_and_scipy() -> None:
+    # truth: 1 − 6 Σd² / (n(n² − 1)) without ties (d = 1, 1: 1 − 12/60 = 0.8); scipy's with ties
+    assert published.spearman([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    assert published.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    xs, ys = [0.1, 0.2, 0.2, 0.5, 0.3, 0.9], [3.0, 1.0, 2.0, 2.0, 5.0, 4.0]
+    assert published.spearman(xs, ys) == pytest.approx(stats.spearmanr(xs, ys).statistic)
+    assert math.isnan(published.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_alpha_beta_baseline_is_the_textbook_formula() -> None:
+    # truth: by hand. P1: 8 V100 on one DGX-1: 0.097 s + 2·7/8 · 4·25,557,032 B / 150 GB/s (NVLink 2)
+    p1 = next(r for r in published.ROWS if r.id == "P1")
+    assert published.alpha_beta(p1) == pytest.approx(0.097 + 2 * 7 / 8 * 4 * RESNET50 / 1.5e11)
+    # E6: a parameter server, 2 machines of 8 K80 over 10 GbE (1.1625 GB/s): 64/52.4 s + 2B/β
+    e6 = next(r for r in published.ROWS if r.id == "E6")
+    assert published.alpha_beta(e6) == pytest.approx(64 / 52.4 + 2 * 4 * RESNET50 / 1.1625e9)
+
+
+def test_overhead_and_its_error_by_hand() -> None:
+    # truth: H7's efficiency 90 % means t_N = t_1 / 0.9, an overhead of 1/0.9 − 1 = 11.1 %
+    h7 = next(r for r in published.ROWS if r.id == "H7")
+    res = published.Result(h7, sec_per_iter=h7.t1 * 1.2, alpha_beta_s=h7.t1)
+    assert res.overhead(res.published_s) == pytest.approx(1 / 0.9 - 1)
+    assert res.overhead_error(res.sec_per_iter) == pytest.approx((0.2 - 1 / 9) / (1 / 9))
+    assert res.total_error(res.sec_per_iter) == pytest.approx(1.2 * 0.9 - 1)
+    assert res.overhead_error(h7.t1) == pytest.approx(-1.0)        # linear scaling: −100 %
+    # an images/s row: 16 GPUs × 64 images at 1,990.7 img/s is one iteration of 1024 / 1990.7 s
+    h1 = next(r for r in published.ROWS if r.id == "H1")
+    assert h1.seconds(1990.7) == pytest.approx(1024 / 1990.7)
+    assert h1.value(h1.seconds(1990.7)) == pytest.approx(1990.7)
+
+
+def test_rows_cover_parameter_servers_and_state_every_setting_as_a_user_does() -> None:
+    rows = published.ROWS
+    assert len([r for r in rows if not r.fitted]) >= 40
+    ps = [r for r in rows if r.keys["protocol.name"] == "hardsync"]
+    assert len(ps) >= 12 and {r.nodes for r in ps} >= {1, 2, 4, 8}
+    for r in rows:
+        assert "cluster.gpu" in r.keys and "cluster.network.preset" in r.keys
+        if not r.id.startswith("S"):
+            assert r.keys["protocol.library"] in libraries()
+            assert "cluster.network.bandwidth_Bps" not in r.keys and "cluster.compute.base_s" not in r.keys
+
+
+def test_library_preset_figures_by_hand() -> None:
+    # truth: libraries.toml's figures applied as docs/scenarios.md states them, by hand
+    lib = libraries()["nccl"]
+    p = load_text(BASE + '[protocol]\nname = "allreduce"\nlibrary = "nccl"\n').points()[0]
+    compute = p["cluster"]["minibatch"] / 367  # the default minibatch at V100 ResNet-50 367 img/s
+    framework = lib["framework_s_per_param"] * RESNET50
+    assert p["cluster"]["compute"]["base_s"] == pytest.approx(framework + lib["overlap_slowdown"] * (framework + compute))
+    assert p["cluster"]["network"]["intra_bandwidth_Bps"] == pytest.approx(1.5e11 * 0.822)
+    assert p["cluster"]["compute"]["distribution"] == "lognormal"
+    assert p["cluster"]["compute"]["cv"] == pytest.approx(0.0029)
+    assert p["protocol"]["bucket_bytes"] == 25 * 2**20
+    hvd = load_text(BASE + '[protocol]\nname = "allreduce"\nlibrary = "horovod"\n').points()[0]
+    assert hvd["cluster"]["compute"]["step_s"] == pytest.approx(0.0025)
+    assert hvd["protocol"]["bucket_bytes"] == 64 * 2**20
+
+
+def test_explicit_keys_win_and_plain_numbers_are_unchanged() -> None:
+    text = BASE + ('[cluster.compute]\nbase_s = 0.01\ndistribution = "deterministic"\n[cluster.network]\n'
+                   'intra_bandwidth_Bps = 1e10\n[protocol]\nname = "allreduce"\nbucket_bytes = 1000\nlibrary = "nccl"\n')
+    p = load_text(text).points()[0]
+    assert p["cluster"]["compute"]["base_s"] == 0.01
+    assert p["cluster"]["compute"]["distribution"] == "deterministic"
+    assert p["cluster"]["network"]["intra_bandwidth_Bps"] == 1e10
+    assert p["protocol"]["bucket_bytes"] == 1000
+    plain = load_text(BASE + '[protocol]\nname = "allreduce"\n').points()[0]
+    assert plain["cluster"]["compute"]["base_s"] == 0.0 and plain["cluster"]["compute"]["distribution"] == "deterministic"
+    assert plain["cluster"]["network"]["intra_bandwidth_Bps"] == 1.5e11
+
+
+def test_machine_aggregation_and_colocated_shards_by_hand() -> None:
+    # truth: docs/scenarios.md's rules. 32 K80s, 4 machines of 8, 4 shards on them, 10 GbE
+    text = """
+[workload]
+dataset = "imagenet"
+model = "resnet50"
+[cluster]
+learners = 32
+gpus_per_node = 8
+minibatch = 64
+gpu = "k80"
+[cluster.server]
+aggregation = "machine"
+placement = "colocated"
+shards = 4
+[cluster.network]
+preset = "10gbe-tcp"
+[protocol]
+name = "hardsync"
+"""
+    p = load_text(text).points()[0]
+    cl = p["cluster"]
+    assert (cl["learners"], cl["minibatch"], cl["gpus_per_node"]) == (4, 512, 1)
+    assert cl["compute"]["per_sample_s"] == pytest.approx(1 / 52.4 / 8)
+    local = 3 * 7 / 8 * 4 * RESNET50 / 1.6e10 + 2 * 7 * 5e-6         # PCIe 3 x16 inside the machine
+    assert cl["compute"]["base_s"] == pytest.approx(local)
+    assert cl["network"]["bandwidth_Bps"] == pytest.approx(1.1625e9 * 4 / (4 + 4 - 2))
+    grpc = load_text(text + 'library = "tf-grpc"\n').points()[0]
+    assert grpc["cluster"]["network"]["bandwidth_Bps"] == pytest.approx(1.1625e9 * 4 / 6 * 0.64)
+    one = load_text(text.replace("learners = 32", "learners = 8").replace("shards = 4", "shards = 1")
+                    + 'library = "tf-grpc"\n').points()[0]
+    assert one["cluster"]["network"]["bandwidth_Bps"] == pytest.approx(8e8)  # loopback gRPC
+
+
+def test_input_pipeline_caps_a_node() -> None:
+    # truth: a node of 8 GPUs fed 2,000 samples/s: each GPU at most 250/s, so per_sample_s ≥ 1/250
+    p = load_text(BASE + "[cluster.input]\nsamples_per_s = 2000\n").points()[0]
+    assert p["cluster"]["compute"]["per_sample_s"] == pytest.approx(1 / 250)
+    fast = load_text(BASE + "[cluster.input]\nsamples_per_s = 1e6\n").points()[0]
+    assert fast["cluster"]["compute"]["per_sample_s"] == pytest.approx(1 / 367)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('[protocol]\nlibrary = "ncll"\n', r"protocol.library' = 'ncll'.*did you mean 'nccl'"),
+    ('[cluster.network]\npreset = "ib-edrr"\n', r"did you mean 'ib-edr'"),
+    ('[cluster.server]\naggregation = "machine"\n[protocol]\nname = "async"\n', r"needs protocol.name = 'hardsync'"),
+])
+def test_bad_names_are_one_line_with_the_closest(text: str, match: str) -> None:
+    with pytest.raises(ScenarioError, match=match) as e:
+        load_text(BASE + text)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_library_through_the_cli_is_one_line_exit_2(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text(BASE + '[protocol]\nlibrary = "horvod"\n')
+    assert main(["simulate", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ddlsim: error:") and "'horovod'" in err[0]
+
+
+def test_hardware_lists_the_libraries_with_sources(capsys: pytest.CaptureFixture) -> None:
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    for name in ("nccl", "gloo", "horovod", "tf-grpc", "ps-lite"):
+        assert f"  {name} " in out
+    assert "[nccl-tests-212]" in out and "[pytorch-ddp-bench]" in out
