@@ -14,7 +14,9 @@ from typing import Any, Callable
 from ..simulator.catalog import DATASETS, MODELS
 from ..simulator.collectives import ALGORITHMS
 from ..simulator.compute import MAX_MINIBATCH
+from ..simulator.compression_bytes import COMPRESSIONS
 from ..simulator.protocols import PROTOCOLS
+from ..simulator.protocols.catalog import LATE_DEFAULTS
 from ..simulator.topology import TOPOLOGIES
 
 
@@ -183,6 +185,9 @@ FIELDS: tuple[Field, ...] = (
        maximum=1e6),
     _s("cluster.network.preset", None, "Network preset (`ddlsim hardware`): fills latency_s, bandwidth_Bps and "
        "overhead_s; explicit keys win.", optional=True),
+    _s("cluster.network.profile", None, "Network profile (TOML; `ddlsim calibrate --nccl-tests LOG` or `--network` "
+       "writes one): its [network] keys replace the preset's; explicit keys win. Relative paths are relative to the "
+       "scenario file (docs/network-calibration.md).", optional=True, check=_check_path),
     _f("cluster.network.latency_s", 5e-5, "Per-message latency between nodes.", "s", minimum=0, maximum=1e6),
     _f("cluster.network.bandwidth_Bps", 1.25e9, "Link bandwidth; inf means transfers are free.",
        "bytes/s", minimum=1, allow_inf=True),
@@ -228,6 +233,26 @@ FIELDS: tuple[Field, ...] = (
        "explicit keys win.", optional=True),
     _s("protocol.allreduce_algorithm", None, "All-reduce algorithm; default ring with one GPU per node, "
        "hierarchical otherwise.", choices=ALGORITHMS, optional=True),
+    _i("protocol.local_steps", LATE_DEFAULTS["protocol.local_steps"], "local_sgd / diloco H: local (inner) steps "
+       "of every node between two averagings.", "steps", minimum=1, maximum=10**9),
+    _i("protocol.warmup_steps", LATE_DEFAULTS["protocol.warmup_steps"], "local_sgd: steps of plain all-reduce SGD "
+       "before the local steps start (PostLocalSGDState's start_localSGD_iter).", "steps", minimum=0,
+       maximum=10**9),
+    _f("protocol.outer_lr", LATE_DEFAULTS["protocol.outer_lr"], "diloco: the outer optimizer's learning rate "
+       "(Douillard et al. 2023: 0.7).", minimum=0, min_exclusive=True, maximum=1e6),
+    _f("protocol.outer_momentum", LATE_DEFAULTS["protocol.outer_momentum"], "diloco: the outer optimizer's "
+       "Nesterov momentum (Douillard et al. 2023: 0.9; 0 is plain outer SGD).", minimum=0, maximum=1,
+       max_exclusive=True),
+    _i("protocol.fragments", LATE_DEFAULTS["protocol.fragments"], "diloco F: the model's tensors split into F "
+       "fragments synchronised in turn, one every H/F inner steps (streaming DiLoCo); 1: the whole model every H.",
+       minimum=1, maximum=10**6),
+    _s("protocol.compression", LATE_DEFAULTS["protocol.compression"], "What allreduce, local_sgd and diloco "
+       "send when they average: float32 (none), fp16 / bf16 (DDP's compress hooks), or PowerSGD's rank-r factors "
+       "with error feedback.", choices=COMPRESSIONS),
+    _i("protocol.powersgd_rank", LATE_DEFAULTS["protocol.powersgd_rank"], "PowerSGD's rank r (a matrix of a "
+       "smaller side ≤ r is sent exactly).", minimum=1, maximum=10**6),
+    _i("protocol.powersgd_warmup", LATE_DEFAULTS["protocol.powersgd_warmup"], "PowerSGD: averagings sent "
+       "uncompressed first (the DDP hook's start_powerSGD_iter).", "steps", minimum=0, maximum=10**9),
     # live backend
     _s("live.compute", "real", "Live learners compute real gradients, or sleep for the compute "
        "model's time (emulated).", choices=("real", "emulated")),
