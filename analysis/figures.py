@@ -98,7 +98,7 @@ def render(results: Results) -> Iterator[tuple[FigureSpec, Figure]]:
     for spec in FIGURES:
         try:
             fig = spec.draw(results)
-        except Exception as e:  # noqa: BLE001 - reported, and the other figures still drawn
+        except Exception as e:
             warnings.warn(f"figure {spec.name!r} skipped: {type(e).__name__}: {e}", stacklevel=2)
             continue
         if not is_no_data(fig):
@@ -134,7 +134,8 @@ def save_figures(rendered: list[tuple[FigureSpec, dict[str, bytes]]], out: Path,
     folder, prefix = place(out, force)
     with folder:
         folder.claim([prefix + n for n in names])
-        paths = [folder.write(prefix + f"{spec.name}.{fmt}", data) for spec, enc in rendered for fmt, data in enc.items()]
+        paths = [folder.write(prefix + f"{spec.name}.{fmt}", data)
+                 for spec, enc in rendered for fmt, data in enc.items()]
         drawable = {f"{prefix}{spec.name}.{fmt}" for spec in FIGURES for fmt in FORMATS}
         folder.remove(f for f in folder.under(prefix) if f in drawable and f not in {prefix + n for n in names})
     return paths

@@ -320,7 +320,8 @@ def _summary_table(summary: Table) -> tuple[str, str]:
         for k, c in enumerate(columns))
     body = []
     for i, r in enumerate(rows):
-        cls = "front" if id(r) in front else "diverged" if not learned(r) and r.get("final_test_error") is not None else ""
+        diverged = not learned(r) and r.get("final_test_error") is not None
+        cls = "front" if id(r) in front else "diverged" if diverged else ""
         style = ";".join(f"--{'d' if d else 'a'}{k}:{places[(k, d)][i]}" for k in range(len(columns))
                          for d in (False, True))
         cells = "".join(_td(c, r.get(c), c in rest) for c in columns)

@@ -7,7 +7,8 @@ and ``ddlsim simulate`` never needs torch).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from .base import BackendError
 

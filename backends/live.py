@@ -34,6 +34,8 @@ from ..simulator.trace import read as read_trace
 from .base import BackendError, BackendResult, ProgressFn, RunOptions
 from .live_faults import laggards, read_beats
 from .live_gossip import node
+from .live_local import covers as runs_local
+from .live_local import local_node
 from .live_ps import learner, server
 
 
@@ -99,6 +101,8 @@ def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: st
     try:
         if is_ps(point):
             server(point, mean_sigma, out) if rank == 0 else learner(point, rank)
+        elif runs_local(point):
+            local_node(point, rank, out)
         else:
             node(point, rank, out)
     finally:
@@ -325,7 +329,8 @@ def measured_summary(trace: Trace) -> dict[str, Any]:
     ops = trace.ops
     t = float(trace.header.get("wall_s", ops["t_end"].max() if len(ops["t_end"]) else 0.0))
     grads = int((ops["kind"] == GRAD).sum())
-    out = {"measured_time_s": t, "measured_sim_time_s": t, "measured_gradients": grads, "measured_updates": int((ops["kind"] == APPLY).sum()),
+    out = {"measured_time_s": t, "measured_sim_time_s": t, "measured_gradients": grads,
+           "measured_updates": int((ops["kind"] == APPLY).sum()),
            "measured_gradients_per_s": grads / t if t > 0 else math.nan}
     epochs = float(ops["epoch"].max()) if len(ops["epoch"]) else 0.0
     out["measured_time_per_epoch_s"] = t / epochs if epochs > 0 else math.nan

@@ -45,7 +45,7 @@ def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
         offsets[id(p)] = o
         o += p.numel()
     layers: list[Linear] = []
-    for i, m in enumerate(mods):
+    for m in mods:
         if type(m) is nn.ReLU:
             if not layers or layers[-1].relu:
                 return None

@@ -44,7 +44,8 @@ no other module spells an update rule. Rules kept:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch

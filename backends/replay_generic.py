@@ -24,7 +24,8 @@ own op.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generator
+from typing import Any
+from collections.abc import Callable, Generator
 
 import numpy as np
 import torch

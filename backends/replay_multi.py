@@ -22,7 +22,8 @@ models, stacked (multi-node) replays — runs as in :meth:`run`, one replay afte
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Generator, Sequence
+from typing import Any
+from collections.abc import Generator, Sequence
 
 import torch
 from torch import Tensor

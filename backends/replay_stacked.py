@@ -40,7 +40,8 @@ Models that cannot be batched (batch norm) and single-node traces use the generi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -477,7 +478,8 @@ class StackedReplayer:
 
     def _created_states(self, sids: list[int], rows: list[int]) -> None:
         """The new versions ``sids`` now live in ``rows``: register them, wake their readers."""
-        row, refs, readers, hf, hs, home = self._row, self._refs, self._readers, self._home_free, self._home_sid, 2 * self.nodes
+        row, refs, readers = self._row, self._refs, self._readers
+        hf, hs, home = self._home_free, self._home_sid, 2 * self.nodes
         for s, r in zip(sids, rows):
             row[s] = r
             refs[s] = int(readers[s])
@@ -636,7 +638,7 @@ class StackedReplayer:
             targets.append(r)
         out = None if alias else self._out(targets)
         acc = None
-        for t, (rows, cf) in enumerate(zip(cols, coefs)):
+        for rows, cf in zip(cols, coefs):
             x, _ = self._view(rows)
             c0 = cf[0]
             a = c0 if all(c == c0 for c in cf) else torch.tensor(cf, dtype=x.dtype, device=self.device)[:, None]

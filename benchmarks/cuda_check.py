@@ -141,7 +141,8 @@ def part_multi(device: torch.device) -> bool:
         replay_many(together)
         _sync(device)
         t_many = time.perf_counter() - t0
-        diff = max(float((a.final_states()[0][0] - b.final_states()[0][0]).abs().max()) for a, b in zip(alone, together))
+        diff = max(float((a.final_states()[0][0] - b.final_states()[0][0]).abs().max())
+                   for a, b in zip(alone, together))
         good = diff < 1e-4 and not any(r.diverged for r in alone + together)
         ok = ok and good
         print(f"   {case:8s} calls shared: {shares_calls(together[0])}; at once {t_many:.2f} s, alone {t_alone:.2f} s "

@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  replay 1-at-a-time / bare loop      {paired(times, 'replay 1-at-a-time', 'bare loop')}")
     print(f"  sgd loop / bare loop                {paired(times, 'sgd loop', 'bare loop')}")
     if FAST:
-        print(f"  replay 1-at-a-time / bare, direct   {paired(times, 'replay 1-at-a-time', 'bare loop, direct engine')}")
+        ratio = paired(times, 'replay 1-at-a-time', 'bare loop, direct engine')
+        print(f"  replay 1-at-a-time / bare, direct   {ratio}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from ..backends.device import resolve_device
 from . import commands
@@ -206,7 +207,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     t = tracemod.read(args.path)
     tracemod.check_replayable(t, args.path)  # what `ddlsim trace` accepts, `ddlsim replay` can execute
     kinds = {name: int((t.ops["kind"] == k).sum()) for k, name in enumerate(tracemod.KIND_NAMES)}
-    print(f"{escape(args.path)}: schema {t.header['schema_version']}, protocol {escape(str(t.header.get('protocol')))}, "
+    print(f"{escape(args.path)}: schema {t.header['schema_version']}, "
+          f"protocol {escape(str(t.header.get('protocol')))}, "
           f"{_trace_members(t)}, ops {t.n_ops} " + " ".join(f"{k}={v}" for k, v in kinds.items()))
     return 0
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .schema import ScenarioError
 
@@ -88,7 +89,7 @@ def probe_scheduler(address: str, timeout_s: float) -> None:
 
     try:
         reply = _in_thread(lambda: asyncio.run(bounded()), timeout_s + 1.0)
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:
         raise ScenarioError(f"--scheduler {address}: no Dask scheduler answered at {address} "
                             f"within {timeout_s:g} s") from None
     except MemoryError:

@@ -15,7 +15,8 @@ import tomllib
 from functools import partial
 from itertools import chain
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -30,7 +30,8 @@ there first.
 from __future__ import annotations
 
 from itertools import count
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import simpy
 from simpy.core import NORMAL
@@ -41,8 +42,8 @@ class Wake:
 
     __slots__ = ("callbacks", "_ok", "payload")
 
-    def __init__(self, cb: Callable[["Wake"], None], payload: Any) -> None:
-        self.callbacks: list[Callable[["Wake"], None]] | None = [cb]
+    def __init__(self, cb: Callable[[Wake], None], payload: Any) -> None:
+        self.callbacks: list[Callable[[Wake], None]] | None = [cb]
         self._ok = True
         self.payload = payload
 
@@ -53,7 +54,7 @@ def at(env: simpy.Environment, t: float, cb: Callable[[Wake], None], payload: An
     env.schedule(Wake(cb, payload), NORMAL, delay if delay > 0 else 0.0)  # type: ignore[arg-type]
 
 
-def event_queue(env: simpy.Environment) -> tuple[list[tuple[float, int, int, Any]], "count[int]"]:
+def event_queue(env: simpy.Environment) -> tuple[list[tuple[float, int, int, Any]], count[int]]:
     """SimPy's event heap and its id counter: pushing ``(now + delay, NORMAL, next(ids), wake)``
     onto the heap, ``now`` being the time of the event being processed, is
     ``env.schedule(wake, NORMAL, delay)``."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 FILE_MODE = 0o644
 MAX_READ_BYTES = 64 << 20  # default bound of read_bounded

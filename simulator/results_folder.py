@@ -27,7 +27,8 @@ import os
 import re
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from .files import TEMP_MARK, FileRefused, atomic_write, check_target, read_bounded
 
@@ -36,7 +37,7 @@ TEMPORARY = re.compile(r"\.(.+)\." + re.escape(TEMP_MARK) + r"(?:[a-z0-9_]{8}|li
 MANIFEST_MAX_BYTES = 256 << 20
 FORMAT = 1
 
-_OPEN: dict[Path, "ResultsFolder"] = {}
+_OPEN: dict[Path, ResultsFolder] = {}
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -72,7 +73,7 @@ class ResultsFolder:
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, root: str | os.PathLike[str], force: bool = False) -> "ResultsFolder":
+    def open(cls, root: str | os.PathLike[str], force: bool = False) -> ResultsFolder:
         """The folder ``root`` (created if missing), locked for this process, manifest read."""
         given = Path(root)
         outer = _enclosing(given)  # a folder inside one this process holds: no link on the way
@@ -94,7 +95,7 @@ class ResultsFolder:
         folder._depth += 1
         return folder
 
-    def __enter__(self) -> "ResultsFolder":
+    def __enter__(self) -> ResultsFolder:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -51,7 +51,7 @@ averaging needs pairs; the SGP paper's D-PSGD runs use that graph).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, cache
 
 TOPOLOGIES = ("npdde", "dde", "bipartite_exp", "ring", "complete")
 
@@ -84,7 +84,7 @@ def _residues(distances: list[int], n: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dde_book(n: int) -> tuple[int, ...]:
     book: list[int] = []
     for i in range(digits(n - 1, 2)):
@@ -92,7 +92,7 @@ def _dde_book(n: int) -> tuple[int, ...]:
     return _residues(book, n)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bipartite_book(n: int) -> tuple[int, ...]:
     """Signed odd distances seen from an active node, as residues (n even)."""
     book: list[int] = []

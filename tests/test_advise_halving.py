@@ -252,7 +252,7 @@ def test_run_prune_keeps_what_the_rule_keeps_on_the_whole_curves(sweeps) -> None
     pool = list(curves)
     stopped_at: dict[str, float] = {}
     for f in (0.25, 0.75):
-        def at(rid: str) -> tuple[float, float]:
+        def at(rid: str, f: float = f) -> tuple[float, float]:
             pts = curves[rid]
             i = cut_index([e for e, _ in pts], f * pts[-1][0])
             return pts[i][1], pts[i][0]

@@ -214,7 +214,8 @@ def test_mnist_idx_files_run_end_to_end(tmp_path, capsys):
 
 @pytest.mark.parametrize("blob, what", [
     (b"", "is empty"),
-    (bytes([0x5e, 0x11, 0xa0, 0x3c]) + bytes(500), "not an idx file of training images (it starts with bytes 5e 11 a0 3c"),
+    (bytes([0x5e, 0x11, 0xa0, 0x3c]) + bytes(500),
+     "not an idx file of training images (it starts with bytes 5e 11 a0 3c"),
     (bytes([0, 0, 8, 1]) + struct.pack(">I", 240) + bytes(240), "an idx file of 1 dimensions; training images have 3"),
     (bytes([0, 0, 0x0d, 3]) + struct.pack(">3I", 240, 28, 28), "type 0x0d"),
     (bytes([0, 0, 8, 3]) + struct.pack(">3I", 240, 28, 28) + bytes(1000), "the file holds 1,000"),

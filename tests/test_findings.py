@@ -129,7 +129,8 @@ def test_pareto_gives_each_configuration_its_own_colour_and_marker():
     assert "hardsync constant ≡ hardsync per_gradient (identical)" in legend
     assert "async constant" in legend and "async per_gradient" in legend
     assert "Pareto frontier" in legend and "(hollow: did not learn)" in legend
-    styles = {(tuple(c.get_edgecolor()[0]), c.get_paths()[0].vertices.shape) for c in ax.collections if c.get_offsets().size}
+    styles = {(tuple(c.get_edgecolor()[0]), c.get_paths()[0].vertices.shape)
+              for c in ax.collections if c.get_offsets().size}
     assert len(styles) == 3  # async constant, async per_gradient, hardsync
 
 

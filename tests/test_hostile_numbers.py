@@ -178,7 +178,8 @@ def test_stalls_stretch_compute_by_e_to_the_load_as_the_estimate_says(tmp_path: 
     # free e^-ρ of the time (ρ = r·m), so W seconds of computing take W·e^ρ. One learner, 200
     # minibatches of 10 ms, nothing else: W = 2 s, and at ρ = 1 the run takes 2e ≈ 5.44 s.
     f, out = tmp_path / "s.toml", tmp_path / "out"
-    f.write_text(STALLS.replace("learners = 2", "learners = 1").replace("epochs = 1", "epochs = 1\nsamples_per_epoch = 12800")
+    f.write_text(STALLS.replace("learners = 2", "learners = 1")
+                 .replace("epochs = 1", "epochs = 1\nsamples_per_epoch = 12800")
                  + "[cluster.stragglers]\nstall_rate_per_s = 1000.0\nstall_mean_s = 0.001\n")
     assert main(["simulate", str(f), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()

@@ -100,7 +100,7 @@ def listener(greeting: bytes | str | None) -> Iterator[str]:
         while not stop.is_set() and len(held) < 8:
             try:
                 conn, _ = srv.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             held.append(conn)
             if greeting == "close":

@@ -1,4 +1,4 @@
-"""What a new user meets on the command line (issue 13), through the CLI as they run it: the
+"""What a new user meets on the command line, through the CLI as they run it: the
 exit status and the one line, the files and the rows, and no dead ends."""
 
 from __future__ import annotations

@@ -199,7 +199,10 @@ def test_gradient_left_in_buffer_only_when_its_apply_comes_first():
     assert rep.plan.lead[[A, B, C]].tolist() == [-2, -3, -3]
 
     stream = SampleStream(5, 8)
-    grad = lambda theta, start: _ce_grad(theta, xs[stream.indices(start, 2)], ys[stream.indices(start, 2)])[0]
+
+    def grad(theta: torch.Tensor, start: int) -> torch.Tensor:
+        return _ce_grad(theta, xs[stream.indices(start, 2)], ys[stream.indices(start, 2)])[0]
+
     gA, gB = grad(theta0, 0), grad(theta0, 2)
     buf = gA
     v1 = theta0 - 0.4 * buf
@@ -266,7 +269,8 @@ def test_batched_gradients_equal_plain_autograd_rows():
     batch, losses = flat.grad_batch(zs, xb, yb, scale)
     for k in range(3):
         g, loss = flat.grad(zs[k], xb[k], yb[k], float(scale[k]))
-        assert torch.allclose(batch[k], g, atol=1e-6) and float(losses[k]) == pytest.approx(float(loss.detach()), abs=1e-6)
+        assert torch.allclose(batch[k], g, atol=1e-6)
+        assert float(losses[k]) == pytest.approx(float(loss.detach()), abs=1e-6)
     assert float(batch[:, -6:].abs().max()) == 0.0 and float(batch[:, :8].abs().max()) > 0
 
 

@@ -248,7 +248,8 @@ def test_advise_deletes_nothing_through_a_link(tmp_path: Path, capsys) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     args = ["advise", "demo", "--quiet", "--budget-s", "1", "--replay", "1", "--device", "cpu", "--set",
-            "workload.epochs=0.1", "--set", "cluster.learners=2", "--set", "cluster.minibatch=8", "--set", "replicates=1"]
+            "workload.epochs=0.1", "--set", "cluster.learners=2", "--set", "cluster.minibatch=8",
+            "--set", "replicates=1"]
     assert main(args + ["--out", str(tmp_path / "a1")]) in (0, 1)
     for rid in os.listdir(tmp_path / "a1" / "replay" / "runs"):
         (victim / rid).mkdir()
