@@ -172,6 +172,7 @@ def test_bundled_scenario_axes() -> None:
                     for proto in ("hardsync", "async") for pol in ("constant", "mean_staleness")}
     assert {(p["workload"]["dataset"], p["workload"]["model"]) for p in points} == {("mnist1d", "mnist1d_cnn")}
     assert {p["workload"]["samples_per_epoch"] for p in points} == {4000}
+    assert sorted(p["seed"] for p in points) == sorted([0, 1, 2] * 24)  # three replicates of each configuration
 
 
 @pytest.fixture(scope="module")

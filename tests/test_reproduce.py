@@ -53,3 +53,21 @@ def test_staleness_table_agrees_with_the_closed_form(note: Path) -> None:
 def test_eta_squared() -> None:
     assert R.eta_squared([("a", 1.0), ("a", 1.0), ("b", 3.0), ("b", 3.0)]) == pytest.approx(1.0)
     assert R.eta_squared([("a", 1.0), ("a", 3.0), ("b", 1.0), ("b", 3.0)]) == pytest.approx(0.0)
+
+
+def test_lr_table_gives_the_mean_and_range_of_the_seeds_summary_rows(note: Path) -> None:
+    # truth: the runs' own summary.csv (one row per seed): each table cell is their mean and range
+    import csv
+
+    text = note.read_text(encoding="utf-8")
+    with open(note.parent.parent / "results" / "lr_policy" / "summary.csv", newline="", encoding="utf-8") as f:
+        runs = list(csv.DictReader(f))
+    assert len({r["seed"] for r in runs}) == R.QUICK.replicates
+    rows = re.findall(r"^\| (\d+)-softsync \| (\w+) \| [^|]+ \| ([\d.]+) % \(([\d.]+)–([\d.]+)\)", text, re.M)
+    assert len(rows) == 9
+    for n, policy, mean, lo, hi in rows:
+        vals = [100 * float(r["final_test_error"]) for r in runs
+                if r["softsync_n"] == n and r["optimizer.lr_policy"] == policy]
+        assert len(vals) == R.QUICK.replicates
+        assert float(mean) == pytest.approx(sum(vals) / len(vals), abs=0.051)
+        assert (float(lo), float(hi)) == (pytest.approx(min(vals), abs=0.051), pytest.approx(max(vals), abs=0.051))
