@@ -63,7 +63,10 @@ def bucket_plan(f: Fabric, algorithm: str, sizes: list[float]) -> list[tuple[flo
     return [(*allreduce_parts(f, algorithm, b), nic_bytes(f, algorithm, b), messages(f, algorithm)) for b in sizes]
 
 
-def _tx(nbytes: float, bandwidth: float) -> float:
+def transfer_time(nbytes: float, bandwidth: float) -> float:
+    """Seconds ``nbytes`` hold a link of ``bandwidth`` bytes/s: ``nbytes / bandwidth``, and 0 on a
+    free link (infinite bandwidth), for every engine (the fast kernels' twin:
+    :func:`.fast_core.transfer_time`)."""
     return 0.0 if math.isinf(bandwidth) else nbytes / bandwidth
 
 
@@ -80,21 +83,21 @@ def allreduce_parts(f: Fabric, algorithm: str, nbytes: float) -> tuple[float, fl
     if algorithm == "ring" and n > 1 and g > 1:  # one ring through every GPU: the slowest edge per step
         steps = 2 * (N - 1)
         chunk = nbytes / N
-        step = max(a + _tx(chunk, f.bandwidth_Bps), ai + _tx(chunk, f.intra_bandwidth_Bps))
-        busy = steps * _tx(chunk, f.bandwidth_Bps)
+        step = max(a + transfer_time(chunk, f.bandwidth_Bps), ai + transfer_time(chunk, f.intra_bandwidth_Bps))
+        busy = steps * transfer_time(chunk, f.bandwidth_Bps)
         return busy, steps * (step + o) - busy
     # otherwise: the intra-node stages (hierarchical, halving/doubling; a single node's ring)
     # and the inter-node stage (a flat ring when g = 1)
-    intra_busy = 2.0 * (g - 1) / g * _tx(nbytes, f.intra_bandwidth_Bps) if g > 1 else 0.0
+    intra_busy = 2.0 * (g - 1) / g * transfer_time(nbytes, f.intra_bandwidth_Bps) if g > 1 else 0.0
     intra_fixed = 2 * (g - 1) * (ai + o) if g > 1 else 0.0
     if n == 1:
         return intra_busy, intra_fixed
     if algorithm == "recursive_doubling":
         inter_steps = math.ceil(math.log2(n)) + (0 if n & (n - 1) == 0 else 2)
-        busy = inter_steps * _tx(nbytes, f.bandwidth_Bps)
+        busy = inter_steps * transfer_time(nbytes, f.bandwidth_Bps)
     else:
         inter_steps = 2 * math.ceil(math.log2(n)) if algorithm == "halving_doubling" else 2 * (n - 1)
-        busy = 2.0 * (n - 1) / n * _tx(nbytes, f.bandwidth_Bps)
+        busy = 2.0 * (n - 1) / n * transfer_time(nbytes, f.bandwidth_Bps)
     return busy, inter_steps * (a + o) + intra_busy + intra_fixed
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from . import fast_nodes, seeds, topology
 from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter, grad_row,
                          mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_ps import _heap_pop, numba
+from .fast_core import heap_pop as _heap_pop, kernel, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -131,7 +131,7 @@ def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
+    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
     _finish = _jit(_finish)
     _kernel = _jit(_kernel)
 

@@ -27,7 +27,7 @@ import numpy as np
 from . import fast_nodes, mixing, topology
 from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
                          grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_ps import _heap_pop, numba
+from .fast_core import heap_pop as _heap_pop, kernel, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -168,7 +168,7 @@ def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int,
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
+    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
     _try_finish = _jit(_try_finish)
     _kernel = _jit(_kernel)
 

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from .compute import CHUNK, learner_clocks
-from .fast_ps import (FLUSH_OPS, STALL_MARGIN, _Buffers, _finish, _heap_push, _reserve, _walk, fold_rows,
-                      make_room, numba, stall_state)
+from .collectives import transfer_time
+from .fast_core import (DONE, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, Buffers, finish_work,
+                        fold_rows, heap_push, kernel, make_room, numba, reserve, stall_state, walk_stalls)
 from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
 from .protocols.gossip import run_figures, trace_header
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 ENTER, DELIVER = 0, 1                 # message states
-DONE, NEED_WORK, NEED_POOL, NEED_STALL, NEED_ROWS = 0, 1, 2, 3, 4  # status codes every kernel shares (theirs follow)
 
 
 def covers(point: dict[str, Any], protocol: str) -> str | None:
@@ -44,6 +44,7 @@ COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_no
            ("ops", "in_count"), ("inputs", "grad_op"), ("inputs", "weight"), ("inputs", "staleness"))
 
 
+@kernel
 def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb: float, mu: int, spe: int,
              shard_len: int, per_epoch: int) -> int:
     """GossipRecorder.grad: node i's k-th minibatch (its shard) on its version v; the row."""
@@ -65,6 +66,7 @@ def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb:
     return r
 
 
+@kernel
 def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, stale: int, t: float,
               version: np.ndarray, mu: int, spe: int, every: float, cad_end: int) -> None:
     """GossipRecorder.apply: node i applies gradient ``gop``; then the eval cadence."""
@@ -102,6 +104,7 @@ def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, st
     st[11] = EVAL
 
 
+@kernel
 def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc: float, ta: float, tb: float,
             version: np.ndarray, spe: int) -> None:
     """GossipRecorder.mix: x_i ← sc·x_i + c·x_src(sv)."""
@@ -121,6 +124,7 @@ def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc
     version[i] += 1
 
 
+@kernel
 def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int, sv: int, c: float, now: float,
          n: int, g: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray,
          hk: np.ndarray, hs: np.ndarray) -> None:
@@ -148,25 +152,27 @@ def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int
         at = now + lat
     else:
         m_i[m, 5] = ENTER
-        delay = _reserve(links, out_row, now, tx) - tx + lat - now
+        delay = reserve(links, out_row, now, tx) - tx + lat - now
         if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
             delay = 0.0
         at = now + delay
-    st[2] = _heap_push(ht, hk, hs, st[2], at, st[3], n + m)
+    st[2] = heap_push(ht, hk, hs, st[2], at, st[3], n + m)
     st[3] += 1
 
 
+@kernel
 def enter(st: np.ndarray, m: int, now: float, n: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray,
           ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
     """Transport._enter: message m enters its link in now; delivered when the link is done."""
-    delay = _reserve(links, m_i[m, 4], now, m_f[m, 2]) - now
+    delay = reserve(links, m_i[m, 4], now, m_f[m, 2]) - now
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
     m_i[m, 5] = DELIVER
-    st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], n + m)
+    st[2] = heap_push(ht, hk, hs, st[2], now + delay, st[3], n + m)
     st[3] += 1
 
 
+@kernel
 def queue_begin(i: int, now: float, pend: np.ndarray, pend_t: np.ndarray, st: np.ndarray) -> None:
     """Node i begins its next iteration now: at the top of the kernel's loop (its handler
     schedules nothing after it, so the schedule order is SimPy's)."""
@@ -175,6 +181,7 @@ def queue_begin(i: int, now: float, pend: np.ndarray, pend_t: np.ndarray, st: np
     st[14] += 1
 
 
+@kernel
 def draws_short(i: int, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, spos: np.ndarray,
                 slen: np.ndarray, st: np.ndarray) -> int:
     """Before node i begins a minibatch: NEED_WORK or NEED_STALL when its draws run short (the
@@ -188,6 +195,7 @@ def draws_short(i: int, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, s
     return 0
 
 
+@kernel
 def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray, fp: np.ndarray,
                   wdraw: np.ndarray, wpos: np.ndarray, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
                   slen: np.ndarray, walk: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> bool:
@@ -196,12 +204,12 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
     now)``. False when the stall draws ran out mid-walk: ``walk[i]`` keeps the walk (flag 1, t
     and work left at 6, 7) and the next call, after a refill, resumes it."""
     if walk[i, 0] == 1.0:
-        end = _walk(i, walk[i, 6], walk[i, 7], stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+        end = walk_stalls(i, walk[i, 6], walk[i, 7], stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
     else:
         work = wdraw[i, wpos[i]]
         wpos[i] += 1
         fst[1] += work
-        end = _finish(i, t, work, stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+        end = finish_work(i, t, work, stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
     if end < 0.0:
         walk[i, 0] = 1.0
         return False
@@ -209,11 +217,12 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
     delay = end - now
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
-    st[2] = _heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
+    st[2] = heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
     st[3] += 1
     return True
 
 
+@kernel
 def rows_short(st: np.ndarray, n_ops: int, n_inputs: int, margin: int) -> bool:
     """Before an event: True when trace buffers of ``n_ops`` ops and ``n_inputs`` inputs may lack
     room for what it writes (at most ``margin`` − 1 ops and one input, the run's final eval
@@ -222,24 +231,11 @@ def rows_short(st: np.ndarray, n_ops: int, n_inputs: int, margin: int) -> bool:
     return st[0] + margin > n_ops or st[1] + 2 > n_inputs
 
 
+@kernel
 def release(st: np.ndarray, m: int, free: np.ndarray) -> None:
     """Message m's slot goes back to the pool."""
     free[st[12]] = m
     st[12] += 1
-
-
-if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
-    grad_row = _jit(grad_row)
-    apply_row = _jit(apply_row)
-    mix_row = _jit(mix_row)
-    send = _jit(send)
-    enter = _jit(enter)
-    release = _jit(release)
-    queue_begin = _jit(queue_begin)
-    start_compute = _jit(start_compute)
-    draws_short = _jit(draws_short)
-    rows_short = _jit(rows_short)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,10 +298,10 @@ class Run:
         self.ip, self.fp, self.st, self.fst, link_rows = kernel_params(point, K)
         self.links = np.zeros((link_rows, 5))
         self.clocks = learner_clocks(point, n)
-        self.work = _Buffers(n, min(K, 4 * CHUNK))  # the rest as the kernel asks (NEED_WORK)
+        self.work = Buffers(n, min(K, 4 * CHUNK))  # the rest as the kernel asks (NEED_WORK)
         for i, clock in enumerate(self.clocks):
             self.work.grow_row(i, np.asarray(clock.draws._fn(self.work.data.shape[1]), dtype=np.float64))
-        self.stall, self.stall_draws, self.fp[6], self.fp[7] = stall_state(point, self.clocks)
+        self.stall, self.stall_draws, self.fp[6], self.fp[7] = stall_state(point, self.clocks, CHUNK)
         self.walk = np.zeros((n, 8))  # a minibatch's stall walk that ran out of draws (start_compute)
         self.pend, self.pend_t = np.arange(n, dtype=np.int64), np.zeros(n)
         self.st[14] = n
@@ -377,8 +373,8 @@ def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray
     cad = EvalCadence(spe, wl["evals_per_epoch"], end=K * n * mu)
     shard_len = max(1, spe // n)
     ip = np.array([n, mu, spe, K, shard_len, max(1, shard_len // mu), g, K * n * mu], np.int64)
-    fp = np.array([0.0 if math.isinf(bw) else mbytes / bw, net["latency_s"] + net["overhead_s"],
-                   0.0 if math.isinf(ibw) else mbytes / ibw, net["intra_latency_s"] + net["overhead_s"],
+    fp = np.array([transfer_time(mbytes, bw), net["latency_s"] + net["overhead_s"],
+                   transfer_time(mbytes, ibw), net["intra_latency_s"] + net["overhead_s"],
                    cad.every, mbytes, 0.0, 0.0])
     st = np.zeros(15, np.int64)
     fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0])

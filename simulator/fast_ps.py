@@ -33,20 +33,16 @@ from typing import Any
 import numpy as np
 
 from . import seeds
-from .collectives import bucket_sizes, produced_shares
+from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .protocols import EvalCadence, PSCore, header_for, is_ps, sim_id
-from .stats import histogram, merge_histograms
-from .trace import APPLY, EVAL, GRAD, Trace, blank_columns, eval_schedule
+from .fast_core import (DONE, FLUSH_OPS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, Buffers, finish_work,
+                        fold_rows, heap_pop, heap_push, kernel, make_room, numba, reserve, sort_prefix, stall_state,
+                        walk_stalls)
+from .trace import APPLY, EVAL, GRAD, Trace, blank_columns
 
-try:  # numba is a dependency; without it (an unusual install) the fast engine is unavailable
-    import numba
-except ImportError:  # pragma: no cover
-    numba = None
-
-STALL_MARGIN = 256    # stall draws a learner must have left before it starts a minibatch
-# kernel status codes
-DONE, NEED_WORK, NEED_STALL, NEED_APPLY, NEED_FLUSH = 0, 1, 2, 3, 4
+NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
+NEED_FLUSH = NEED_ROWS
 # event kinds
 SEND, PROCESSED, LEAVE = 0, 1, 2
 FORWARD, PROCESSED_MANY = 0, 1  # an aggregator's event
@@ -64,110 +60,7 @@ def covers(point: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # the kernel (plain Python, compiled by numba when available)
 
-def _reserve(fifo: np.ndarray, s: int, arrival: float, service: float) -> float:
-    """FifoServer.reserve for row ``s`` of ``fifo`` = [free_at, busy, wait, served, last_arrival]."""
-    if arrival < fifo[s, 4] - 1e-9:
-        return -1.0  # out of order (the SimPy engine raises); never with this model
-    fifo[s, 4] = arrival
-    free = fifo[s, 0]
-    start = free if free > arrival else arrival
-    end = start + service
-    fifo[s, 0] = end
-    fifo[s, 1] += service
-    fifo[s, 2] += start - arrival
-    fifo[s, 3] += 1.0
-    return end
-
-
-def _advance(i: int, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray,
-             scale_gap: float, scale_len: float) -> bool:
-    """LearnerClock._advance: the next stall (two exponential draws); False when out of draws."""
-    p = spos[i]
-    if p + 2 > slen[i]:
-        return False
-    stall[i, 0] += scale_gap * sdraw[i, p]
-    e = stall[i, 0] + scale_len * sdraw[i, p + 1]
-    if e > stall[i, 1]:
-        stall[i, 1] = e
-    spos[i] = p + 2
-    return True
-
-
-def _finish(i: int, start: float, work: float, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
-            slen: np.ndarray, scale_gap: float, scale_len: float, fst: np.ndarray) -> float:
-    """LearnerClock.finish; −1 when the stall draws ran out mid-way, the walk's (t, work left)
-    then kept in fst[6], fst[7] for :func:`_walk` to resume exactly where it stopped."""
-    if stall[i, 0] == math.inf:
-        return start + work
-    return _walk(i, start, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
-
-
-def _walk(i: int, t: float, left: float, stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray,
-          slen: np.ndarray, scale_gap: float, scale_len: float, fst: np.ndarray) -> float:
-    """LearnerClock._walk from (t, left). A failed _advance changes nothing, and every place
-    it can fail is followed by the loop's head, so resuming from the saved (t, left) replays
-    the failed step and goes on as one uninterrupted walk would."""
-    while True:
-        while stall[i, 1] <= t:
-            if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
-                fst[6], fst[7] = t, left
-                return -1.0
-        if stall[i, 0] <= t:
-            t = stall[i, 1]
-            if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
-                fst[6], fst[7] = t, left
-                return -1.0
-            continue
-        if t + left <= stall[i, 0]:
-            return t + left
-        left -= stall[i, 0] - t
-        t = stall[i, 1]
-        if not _advance(i, stall, sdraw, spos, slen, scale_gap, scale_len):
-            fst[6], fst[7] = t, left
-            return -1.0
-
-
-def _heap_push(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int, t: float, key: int, slot: int) -> int:
-    """Push event ``slot`` at (time t, counter key); return the new size. A min-heap on (t, key)."""
-    pos = n
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if ht[parent] < t or (ht[parent] == t and hk[parent] < key):
-            break
-        ht[pos] = ht[parent]
-        hk[pos] = hk[parent]
-        hs[pos] = hs[parent]
-        pos = parent
-    ht[pos] = t
-    hk[pos] = key
-    hs[pos] = slot
-    return n + 1
-
-
-def _heap_pop(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int) -> int:
-    """Remove the root (the caller read it first); return the new size."""
-    last = n - 1
-    t, key, slot = ht[last], hk[last], hs[last]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= last:
-            break
-        right = child + 1
-        if right < last and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
-            child = right
-        if t < ht[child] or (t == ht[child] and key < hk[child]):
-            break
-        ht[pos] = ht[child]
-        hk[pos] = hk[child]
-        hs[pos] = hs[child]
-        pos = child
-    ht[pos] = t
-    hk[pos] = key
-    hs[pos] = slot
-    return last
-
-
+@kernel
 def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray,
             sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, stall: np.ndarray,
@@ -217,7 +110,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     while True:
         if st[18]:  # a minibatch whose stall walk ran out of draws: resume it
             i = st[18] - 1
-            end = _walk(i, fst[6], fst[7], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+            end = walk_stalls(i, fst[6], fst[7], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:
                 st[12] = i
                 return NEED_STALL
@@ -253,11 +146,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             # _pull: the weights leave every shard's NIC out, then travel
             done = 0.0
             for s in range(S):
-                e = _reserve(link_out, s, now, tx)
+                e = reserve(link_out, s, now, tx)
                 if s == 0 or e > done:
                     done = e
             if g > 1:  # and through the node's NIC in, shared by its g learners
-                e = _reserve(node_links, nodes + i // g, now, node_tx)
+                e = reserve(node_links, nodes + i // g, now, node_tx)
                 if e > done:
                     done = e
             t = done + lat
@@ -284,7 +177,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                     return NEED_STALL
                 _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, S, adraw, produced, bapply, bdone, bmark)
                 continue
-            end = _finish(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+            end = finish_work(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:  # more stalls inside this minibatch than draws at hand: refill, resume
                 st[12], st[18], st[19] = i, i + 1, k
                 fst[4], fst[5] = t, now
@@ -301,7 +194,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 or (i >= lam and grp > 1 and agg_state[i - lam] == FORWARD)):
             return NEED_APPLY
         now = ht[0]
-        st[7] = _heap_pop(ht, hk, hs, st[7])
+        st[7] = heap_pop(ht, hk, hs, st[7])
         if grp > 1 and i >= lam:  # an aggregator's event (tree aggregation has one bucket)
             a = i - lam
             if agg_state[a] == FORWARD:  # PSRun._forward: its message reaches every shard
@@ -309,7 +202,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 if delay < 0.0:
                     delay = 0.0
                 agg_state[a] = PROCESSED_MANY
-                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
                 st[8] += 1
                 continue
             # PSRun._processed_many: the core's push of several gradients
@@ -347,7 +240,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             x = i - lam
             if g > 1:  # through the node's NIC out first (PSRun._deliver)
                 delay = _leave_delay(node_links, (x // (B - 1)) // g, now, node_tx * bshare[x % (B - 1)])
-                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], leave0 + x)
+                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], leave0 + x)
                 st[8] += 1
             else:
                 _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
@@ -360,7 +253,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             if delay < 0.0:
                 delay = 0.0
             ev_i[i, 0] = PROCESSED
-            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+            st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
             st[8] += 1
             continue
         j = ev_i[i, 1]
@@ -387,7 +280,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[13] = GRAD
             if grp > 1:  # PSRun._send to the group's aggregator, which forwards when its group is in
                 a = i // grp
-                arrive = _reserve(agg_links, a, now, tx * S) + lat
+                arrive = reserve(agg_links, a, now, tx * S) + lat
                 agg_inflight[a] -= 1
                 x = agg_n[a]
                 agg_pend[a, x, 0] = i
@@ -408,7 +301,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 ev_i[i, 0] = LEAVE
                 ev_i[i, 3] = n
                 delay = _leave_delay(node_links, i // g, now, node_tx * bshare[B - 1])
-                st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
                 st[8] += 1
                 continue
             if B > 1:  # the last bucket; the push is processed when every bucket is
@@ -422,7 +315,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 delay = 0.0
             ev_i[i, 0] = PROCESSED
             ev_i[i, 3] = n
-            st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+            st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
             st[8] += 1
             continue
         # PROCESSED: the core's push
@@ -453,6 +346,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[10] += 1
 
 
+@kernel
 def _marks(i: int, b0: int, t: float, prev: float, work: float, produced: np.ndarray, bmark: np.ndarray,
            stall: np.ndarray, sdraw: np.ndarray, spos: np.ndarray, slen: np.ndarray, scale_gap: float,
            scale_len: float, fst: np.ndarray) -> int:
@@ -466,7 +360,7 @@ def _marks(i: int, b0: int, t: float, prev: float, work: float, produced: np.nda
         return B
     for b in range(b0, B):
         m = work * produced[b] if b < B - 1 else work
-        t = _walk(i, t, m - prev, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+        t = walk_stalls(i, t, m - prev, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
         if t < 0.0:
             return b
         bmark[i, b] = t
@@ -474,6 +368,7 @@ def _marks(i: int, b0: int, t: float, prev: float, work: float, produced: np.nda
     return B
 
 
+@kernel
 def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray, hk: np.ndarray,
                    hs: np.ndarray, i: int, k: int, t: float, now: float, S: int, adraw: np.ndarray,
                    produced: np.ndarray, bapply: np.ndarray, bdone: np.ndarray, bmark: np.ndarray) -> None:
@@ -487,25 +382,27 @@ def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.nd
     for b in range(B - 1):
         m = bmark[i, b]
         delay = m - now if m > now else 0.0
-        st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
+        st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
         st[8] += 1
     _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, bmark[i, B - 1])
 
 
+@kernel
 def _push(st: np.ndarray, now: float, tx: float, lat: float, S: int, link_in: np.ndarray, queue: np.ndarray,
           adraw: np.ndarray) -> float:
     """PSRun._push: a message sent now reaches every shard (its NIC in, then its apply queue, one
     apply draw each); when the last shard is done with it."""
     done = 0.0
     for s in range(S):
-        arrive = _reserve(link_in, s, now, tx) + lat
-        e = _reserve(queue, s, arrive, adraw[st[15]])
+        arrive = reserve(link_in, s, now, tx) + lat
+        e = reserve(queue, s, arrive, adraw[st[15]])
         st[15] += 1
         if s == 0 or e > done:
             done = e
     return done
 
 
+@kernel
 def _tick(i: int, done_clock: np.ndarray, at_clock: np.ndarray, st: np.ndarray) -> None:
     """PSCore._tick: learner i has one more gradient processed; the slowest count moves when
     its last learner leaves it (every count lies in slowest … slowest + bound + 1: a ring)."""
@@ -518,6 +415,7 @@ def _tick(i: int, done_clock: np.ndarray, at_clock: np.ndarray, st: np.ndarray) 
         st[11] = cc + 1
 
 
+@kernel
 def _release_many(pushed: np.ndarray, m: int, limit: int, done_clock: np.ndarray, waiting: np.ndarray,
                   ready: np.ndarray, pend: np.ndarray, st: np.ndarray) -> None:
     """PSCore._release after a message of ``m`` learners (one gradient, or an aggregator's; SSP,
@@ -542,16 +440,17 @@ def _release_many(pushed: np.ndarray, m: int, limit: int, done_clock: np.ndarray
             waiting[n] = i
             n += 1
     st[14] = n
-    _sort_prefix(ready, r)
+    sort_prefix(ready, r)
     lam = pend.shape[0]
     for w in range(r):
         pend[st[10] % lam] = ready[w]
         st[10] += 1
 
 
+@kernel
 def _release_waiting(waiting: np.ndarray, n: int, pend: np.ndarray, st: np.ndarray) -> None:
     """The n waiting learners pull now, in index order (appended to the pending ring)."""
-    _sort_prefix(waiting, n)
+    sort_prefix(waiting, n)
     lam = pend.shape[0]
     for w in range(n):
         pend[st[10] % lam] = waiting[w]
@@ -559,6 +458,7 @@ def _release_waiting(waiting: np.ndarray, n: int, pend: np.ndarray, st: np.ndarr
     st[14] = 0
 
 
+@kernel
 def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.ndarray, agg_inflight: np.ndarray,
                    agg_arrive: np.ndarray, agg_pend: np.ndarray, agg_n: np.ndarray, agg_fwd: np.ndarray,
                    fwd_n: np.ndarray, agg_state: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
@@ -576,16 +476,18 @@ def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.nd
         t = now if now > agg_arrive[a] else agg_arrive[a]  # max(agg_arrive, now)
         delay = t - now
         agg_state[a] = FORWARD
-        st[7] = _heap_push(ht, hk, hs, st[7], now + (delay if delay > 0 else 0.0), st[8], lam + a)
+        st[7] = heap_push(ht, hk, hs, st[7], now + (delay if delay > 0 else 0.0), st[8], lam + a)
         st[8] += 1
 
 
+@kernel
 def _leave_delay(node_links: np.ndarray, node: int, now: float, txn: float) -> float:
     """PSRun._deliver through a shared NIC: the delay until the message starts leaving the node."""
-    leave = _reserve(node_links, node, now, txn) - txn
+    leave = reserve(node_links, node, now, txn) - txn
     return leave - now if leave > now else 0.0
 
 
+@kernel
 def _bucket_at_server(i: int, share: float, now: float, tx: float, lat: float, S: int, link_in: np.ndarray,
                       queue: np.ndarray, bapply: np.ndarray, bdone: np.ndarray) -> float:
     """PSRun._at_server: ``share`` of learner i's gradient reaches every shard (NIC in, then the
@@ -593,7 +495,7 @@ def _bucket_at_server(i: int, share: float, now: float, tx: float, lat: float, S
     txb = tx * share
     done = 0.0
     for s in range(S):
-        e = _reserve(queue, s, _reserve(link_in, s, now, txb) + lat, bapply[i, s] * share)
+        e = reserve(queue, s, reserve(link_in, s, now, txb) + lat, bapply[i, s] * share)
         if e > done:
             done = e
     if done > bdone[i]:
@@ -601,6 +503,7 @@ def _bucket_at_server(i: int, share: float, now: float, tx: float, lat: float, S
     return done
 
 
+@kernel
 def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray, hk: np.ndarray,
              hs: np.ndarray, i: int, k: int, t: float, now: float, end: float) -> None:
     """Learner ``i`` began minibatch ``k`` at ``t`` (pulled ``now``) and finishes at ``end``:
@@ -612,24 +515,11 @@ def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray,
     ev_i[i, 1] = st[0]
     ev_i[i, 2] = k
     ev_f[i] = t
-    st[7] = _heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
+    st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
     st[8] += 1
 
 
-def _sort_prefix(a: np.ndarray, n: int) -> None:
-    """Sort a[:n] in place (a round's waiting learners): insertion sort when short, else NumPy's."""
-    if n > 32:
-        a[:n] = np.sort(a[:n])
-        return
-    for x in range(1, n):
-        v = a[x]
-        y = x - 1
-        while y >= 0 and a[y] > v:
-            a[y + 1] = a[y]
-            y -= 1
-        a[y + 1] = v
-
-
+@kernel
 def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: float, every: float,
            kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
            epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
@@ -674,6 +564,7 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
         _eval(st, v + 1, t, ep, kind, node, version, t_start, t_end, epoch)
 
 
+@kernel
 def _eval(st: np.ndarray, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
           version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray) -> None:
     row = st[4] - st[16]
@@ -687,105 +578,8 @@ def _eval(st: np.ndarray, v: int, t: float, ep: float, kind: np.ndarray, node: n
     st[13] = EVAL
 
 
-if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
-    _reserve = _jit(_reserve)
-    _advance = _jit(_advance)
-    _walk = _jit(_walk)
-    _finish = _jit(_finish)
-    _started = _jit(_started)
-    _bucket_at_server = _jit(_bucket_at_server)
-    _leave_delay = _jit(_leave_delay)
-    _maybe_forward = _jit(_maybe_forward)
-    _push = _jit(_push)
-    _marks = _jit(_marks)
-    _start_buckets = _jit(_start_buckets)
-    _heap_push = _jit(_heap_push)
-    _heap_pop = _jit(_heap_pop)
-    _sort_prefix = _jit(_sort_prefix)
-    _release_waiting = _jit(_release_waiting)
-    _tick = _jit(_tick)
-    _release_many = _jit(_release_many)
-    _eval = _jit(_eval)
-    _apply = _jit(_apply)
-    _kernel = _jit(_kernel)
-
-
 # ---------------------------------------------------------------------------------------------
 # the Python side: draws, state, refills, the trace and the figures
-
-class _Buffers:
-    """Per-learner draw buffers (2-D, refilled by whole chunks from the learner's own stream)."""
-
-    def __init__(self, rows: int, cap: int) -> None:
-        self.data = np.zeros((rows, cap))
-        self.pos = np.zeros(rows, np.int64)
-        self.len = np.zeros(rows, np.int64)
-
-    def grow_row(self, i: int, values: np.ndarray) -> None:
-        """Append ``values`` to row ``i``, first dropping the draws it has used (the kernel reads
-        row i from ``pos[i]``), so that a long run's buffers stay the size of a chunk or two."""
-        used = int(self.pos[i])
-        if used:
-            n = int(self.len[i]) - used
-            self.data[i, :n] = self.data[i, used:used + n]
-            self.len[i], self.pos[i] = n, 0
-        end = int(self.len[i]) + len(values)
-        if end > self.data.shape[1]:
-            bigger = np.zeros((self.data.shape[0], max(end, 2 * self.data.shape[1])))
-            bigger[:, :self.data.shape[1]] = self.data
-            self.data = bigger
-        self.data[i, self.len[i]:end] = values
-        self.len[i] = end
-
-
-def stall_state(point: dict[str, Any], clocks: list) -> tuple[np.ndarray, _Buffers, float, float]:
-    """The learners' transient stalls as the kernels walk them: each clock's current stall
-    (start, end), its next exponential draws (standard; scaled by the mean gap and the mean
-    length, as ``LearnerClock._advance`` draws them), and those two scales."""
-    stalled = clocks[0]._s != math.inf
-    strag = point["cluster"]["stragglers"]
-    scale_gap = 1 / strag["stall_rate_per_s"] if stalled else 0.0
-    scale_len = float(strag["stall_mean_s"]) if stalled else 0.0
-    stall = np.array([[c._s, c._e] for c in clocks], dtype=np.float64)
-    draws = _Buffers(len(clocks), 4 * CHUNK if stalled else 1)
-    if stalled:
-        for i, clock in enumerate(clocks):
-            draws.grow_row(i, clock._rng.standard_exponential(4 * CHUNK))
-    return stall, draws, scale_gap, scale_len
-
-
-FLUSH_OPS = 1 << 20  # summary-only runs keep this many trace rows at a time
-
-
-def fold_rows(hist: list[tuple[int, int]], evals: list[tuple[float, float]], ops: dict[str, np.ndarray],
-              inputs: dict[str, np.ndarray], n_ops: int, n_in: int) -> list[tuple[int, int]]:
-    """A summary-only run's first ``n_ops`` ops and ``n_in`` inputs folded away: their evals
-    appended to ``evals``; the histogram with their staleness added."""
-    evals.extend(eval_schedule(ops, n_ops))
-    return merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
-
-
-def doubled_columns(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
-                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The columns followed by as many blank rows (a kept trace longer than its estimate)."""
-    more_ops, more_in = blank_columns(len(ops["kind"]), len(inputs["grad_op"]))
-    return ({k: np.concatenate([v, more_ops[k]]) for k, v in ops.items()},
-            {k: np.concatenate([v, more_in[k]]) for k, v in inputs.items()})
-
-
-def make_room(keep: bool, ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray], n_ops: int, n_in: int,
-              hist: list[tuple[int, int]], evals: list[tuple[float, float]]
-              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[tuple[int, int]], bool]:
-    """Room for a kernel that ran out of trace rows holding ``n_ops`` ops and ``n_in`` inputs:
-    twice the columns when the trace is kept, or when there is nothing to fold (buffers smaller
-    than one event needs even empty); else those rows folded into the histogram and ``evals``.
-    Returns ``(ops, inputs, hist, folded)``; the caller starts its rows over when folded."""
-    if keep or n_ops == n_in == 0:
-        ops, inputs = doubled_columns(ops, inputs)
-        return ops, inputs, hist, False
-    return ops, inputs, fold_rows(hist, evals, ops, inputs, n_ops, n_in), True
-
 
 def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
                      ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]], str]:
@@ -813,7 +607,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     bshare = np.array([b / nbytes for b in sizes], dtype=np.float64)
     B = len(sizes)
     bw = net["bandwidth_Bps"]
-    tx = 0.0 if math.isinf(bw) else shard_bytes / bw
+    tx = transfer_time(shard_bytes, bw)
     # the same streams as the SimPy engine
     clocks = learner_clocks(point, lam)
     rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY]))
@@ -821,11 +615,11 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     per = max(CHUNK, CHUNK * math.ceil(1.25 * total / lam / CHUNK))
     if not keep_trace:
         per = min(per, 4 * CHUNK)  # the rest as the kernel asks (NEED_WORK)
-    work = _Buffers(lam, per)
+    work = Buffers(lam, per)
     for i, clock in enumerate(clocks):
         while work.len[i] < per:
             work.grow_row(i, np.asarray(clock.draws._fn(CHUNK), dtype=np.float64))
-    stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks)
+    stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
     chunks = max(1, math.ceil(S * total / CHUNK))
     adraw = np.concatenate([np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)
                             for _ in range(chunks if keep_trace else min(chunks, 4))])
@@ -833,7 +627,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     cad = EvalCadence(N, wl["evals_per_epoch"])
     ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
                    max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"], grp], dtype=np.int64)
-    fp = np.array([tx, lat, cad.every, scale_gap, scale_len, 0.0 if math.isinf(bw) else nbytes / bw])
+    fp = np.array([tx, lat, cad.every, scale_gap, scale_len, transfer_time(nbytes, bw)])
     st = np.zeros(21, np.int64)
     st[10] = lam                      # every learner pulls at t = 0
     fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])

@@ -38,7 +38,7 @@ import numpy as np
 from . import fast_nodes, mixing, topology
 from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
                          grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_ps import _heap_pop, numba
+from .fast_core import heap_pop as _heap_pop, kernel, numba
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -188,7 +188,7 @@ def _mix_msg(st: np.ndarray, cols: tuple, i: int, m: int, k_now: int, now: float
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
+    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
     _advance = _jit(_advance)
     _next = _jit(_next)
     _mix_msg = _jit(_mix_msg)

@@ -31,7 +31,7 @@ import simpy
 from simpy.core import NORMAL
 
 from . import seeds
-from .collectives import bucket_sizes, produced_shares
+from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import DrawStream, learner_clocks, sampler
 from .events import Wake, at, event_queue
 from .protocols.ps import PSCore
@@ -56,10 +56,10 @@ class PSRun:
         nbytes = wl["param_count"] * net["bytes_per_param"]
         shard_bytes = nbytes / self.S
         bw = net["bandwidth_Bps"]
-        self.tx = 0.0 if math.isinf(bw) else shard_bytes / bw
+        self.tx = transfer_time(shard_bytes, bw)
         # learners sharing a node share its NIC (a message crosses it and the server's NIC)
         self.g = cl["gpus_per_node"]
-        self.node_tx = 0.0 if math.isinf(bw) else nbytes / bw
+        self.node_tx = transfer_time(nbytes, bw)
         self.node_out = [FifoServer(f"node{n}.out") for n in range(lam // self.g)]
         self.node_in = [FifoServer(f"node{n}.in") for n in range(lam // self.g)]
         # gradient buckets pushed as backward produces them (not through aggregators)

@@ -114,7 +114,7 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
     p = scenario(protocol, 12, 2, 8, 3.0, 3, 7, "exponential", 0.0, 0.3, 3.0, 1e-3, 2e7, 1e-5, 3e-6, 5e7, "npdde",
                  2, overlap, rate=200.0, stall=0.001)
     ref = simulate(p, "simpy")
-    real, kernel = fast_nodes._Buffers, module._kernel
+    real, kernel = fast_nodes.Buffers, module._kernel
     statuses: set[int] = set()
 
     def recording(*args):
@@ -123,7 +123,7 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
         return status
 
     with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_ps, "CHUNK", 3), \
-            patch.object(fast_nodes, "_Buffers", lambda rows, cap: real(rows, 2)), patch.object(module, name, smallest), \
+            patch.object(fast_nodes, "Buffers", lambda rows, cap: real(rows, 2)), patch.object(module, name, smallest), \
             patch.object(module, "_kernel", recording), patch.object(fast_nodes, "trace_columns", small_columns):
         fast = simulate(p, "fast")
     assert statuses == expected | {fast_nodes.DONE}
