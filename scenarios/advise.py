@@ -267,7 +267,7 @@ def score(c: Candidate, target: float | None) -> tuple[float, ...]:
     if target is not None:
         hits = [r.hit(target) for r in c.reps]
         if all(hits):
-            ts = [h["sim_time_s"] for h in hits]
+            ts = [h["sim_time_s"] for h in hits if h is not None]
             return (0.0, math.fsum(ts) / len(ts), max(ts))
     es = [r.error_at(r.cut) for r in c.reps]
     return (1.0 if target is not None else 0.0, math.fsum(es) / len(es), max(es))
@@ -294,14 +294,14 @@ def finish(c: Candidate, budget_s: float | None, target: float | None) -> None:
     n = len(c.reps)
     if target is None:
         c.error = math.fsum(r.error_at(r.horizon) for r in c.reps) / n
-        c.at_s = math.fsum(r.evals[r.horizon][0] for r in c.reps) / n
-        c.at_epoch = math.fsum(r.evals[r.horizon][1] for r in c.reps) / n
+        c.at_s = math.fsum(r.eval_at(r.horizon)[0] for r in c.reps) / n
+        c.at_epoch = math.fsum(r.eval_at(r.horizon)[1] for r in c.reps) / n
         return
     c.error = math.fsum(min((err(x["test_error"]) for x in r.curves), default=1.0) for r in c.reps) / n
     hits = [r.hit(target) for r in c.reps]
     if all(hits):
-        c.at_s = math.fsum(h["sim_time_s"] for h in hits) / n
-        c.at_epoch = math.fsum(h["epoch"] for h in hits) / n
+        c.at_s = math.fsum(h["sim_time_s"] for h in hits if h is not None) / n
+        c.at_epoch = math.fsum(h["epoch"] for h in hits if h is not None) / n
     else:
         c.at_s = None
         best = [min(r.curves, key=lambda x: err(x["test_error"]))["epoch"] if r.curves else 0.0 for r in c.reps]
@@ -341,7 +341,7 @@ def halve(pool: list[Candidate], rungs: Rungs, fractions: list[float], reduction
                 finished.append(c)
         pool = [c for c in pool if c.status == "candidate"]
         best = min((c.at_s for c in finished if c.at_s is not None), default=None) if target is not None else None
-        if best is not None:
+        if best is not None and target is not None:
             for c in pool:
                 lb = lower_bound_s(c, target)
                 if lb >= best - EPS:
@@ -368,7 +368,7 @@ def halve(pool: list[Candidate], rungs: Rungs, fractions: list[float], reduction
 
 
 def _cut_epoch(c: Candidate) -> float:
-    return math.fsum(r.evals[r.cut][1] for r in c.reps) / len(c.reps)
+    return math.fsum(r.eval_at(r.cut)[1] for r in c.reps) / len(c.reps)
 
 
 # -- advise ------------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ def advise(scenario: Scenario, out_dir: str | Path, *, budget_s: float | None = 
         for r in c.reps:
             got = [i for i, (t, _) in enumerate(r.evals) if budget_s is None or t <= budget_s + EPS]
             r.horizon = got[-1] if got else 0
-    exhaustive = math.fsum(r.evals[r.horizon][1] for c in live for r in c.reps)
+    exhaustive = math.fsum(r.eval_at(r.horizon)[1] for c in live for r in c.reps)
     if budget_s is not None:
         for c in live:
             if all(r.first_eval_s() > budget_s + EPS for r in c.reps):
@@ -497,7 +497,7 @@ def _sweep_record(rep: Replicate, sim: dict[str, Any]) -> dict[str, Any]:
     curves = [{**c, "run_id": rid} for c in rep.curves]
     if not rep.complete:
         row.update({k: None for k in MEASURED})
-        row.update(pruned_at_epoch=rep.evals[rep.cut][1], pruned_test_error=rep.error_at(rep.cut))
+        row.update(pruned_at_epoch=rep.eval_at(rep.cut)[1], pruned_test_error=rep.error_at(rep.cut))
     return {**rep.record, "row": row, "curves": curves if not rep.complete else
             [{**c, "run_id": rid} for c in rep.record["curves"]]}
 

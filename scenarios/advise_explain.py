@@ -10,8 +10,8 @@ from .advise_model import SAME, Advice, Candidate, is_number
 
 
 # -- words -------------------------------------------------------------------------------------
-def secs(t: float) -> str:
-    return f"{t:.3g} s"
+def secs(t: float | None) -> str:
+    return "—" if t is None else f"{t:.3g} s"
 
 
 def pct(e: float | None) -> str:
@@ -128,7 +128,7 @@ def _measures(c: Candidate, adv: Advice) -> list[float]:
     if adv.mode == "budget":
         return [r.error_at(r.horizon) for r in c.reps if r.horizon is not None]
     hits = [r.hit(adv.target_error) for r in c.reps] if adv.target_error is not None else []
-    return [h["sim_time_s"] for h in hits] if hits and all(hits) else []
+    return [h["sim_time_s"] for h in hits if h is not None] if hits and all(hits) else []
 
 
 def _interval_margin(a: Candidate, b: Candidate, adv: Advice) -> str:
@@ -147,6 +147,8 @@ def _interval_margin(a: Candidate, b: Candidate, adv: Advice) -> str:
 def _sample_margin(a: Candidate, b: Candidate, adv: Advice) -> str:
     """A warning when the two errors differ by at most two test samples."""
     if adv.mode == "target" and b.at_s is not None:
+        return ""
+    if a.error is None or b.error is None:
         return ""
     wl = a.point["workload"]
     try:

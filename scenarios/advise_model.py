@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 SAME = 1.10        # ratios within 10 % read as "about the same"
 EPS = 1e-9         # slack on "at or before T" (float sums of simulated time)
@@ -35,9 +35,16 @@ class Replicate:
         """Replayed as far as the goal looks (or diverged: a longer replay diverges alike)."""
         return self.cut is not None and (self.diverged or self.cut >= (self.horizon or 0))
 
-    def error_at(self, i: int) -> float:
+    def eval_at(self, i: int | None) -> tuple[float, float]:
+        """(sim_time_s, epoch) of evaluation ``i``: a cut or a horizon, which must be set by now."""
+        if i is None:
+            raise ValueError("no evaluation index: the replicate was not replayed or bounded yet")
+        return self.evals[i]
+
+    def error_at(self, i: int | None) -> float:
         """Test error at evaluation ``i`` (replayed): 1 where the replay diverged before it."""
-        t, e = self.evals[i]
+        t, e = self.eval_at(i)
+        assert i is not None
         got = [r for r in self.curves if r["sim_time_s"] <= t + EPS and r["epoch"] <= e + EPS]
         if not got or (self.diverged and len(got) < i + 1):
             return 1.0
@@ -173,7 +180,7 @@ def _sigma(r: Replicate) -> float:
     return float(v) if is_number(v) else 0.0
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: Any) -> TypeGuard[float]:
     """A finite int or float (not a bool) that a float can hold."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return False

@@ -50,7 +50,7 @@ def _table(adv: Advice, top: int | None = None) -> list[str]:
         if c.status == "failed" and not c.evals:
             rows.append(["", c.label, "", "", "", "", "", "failed"])
             continue
-        pred = f"{c.epochs_by(T):.3g}" if budget else f"{c.sec_per_epoch:.3g}"
+        pred = f"{c.epochs_by(T):.3g}" if T is not None else f"{c.sec_per_epoch:.3g}"  # T is set in budget mode
         if c.status in ("replayed", "equivalent") and c.error is not None:
             got = pct(c.error) if budget else (secs(c.at_s) if c.at_s is not None else
                                                 f"never (best {pct(c.error)})")
@@ -128,7 +128,7 @@ def render(adv: Advice, top: int | None = None) -> str:
             lines.append(f"No recommendation: no configuration evaluates a trained model within "
                          f"{secs(adv.budget_s)}; the earliest first evaluation is at {secs(first)}.")
         else:
-            best = min(adv.ranking, key=lambda c: c.error, default=None)
+            best = min(adv.ranking, key=lambda c: math.inf if c.error is None else c.error, default=None)
             lines.append(f"No recommendation: no replayed configuration reaches {pct(adv.target_error)}"
                          + (f"; the closest is {best.label} with {pct(best.error)}." if best else ".")
                          + " Try more epochs, a looser target, or --min-fraction 1 (every configuration "
