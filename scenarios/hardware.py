@@ -2,8 +2,8 @@
 
 * ``cluster.gpu = "v100"`` (with ``cluster.precision``) sets ``cluster.compute`` to the GPU's
   published throughput for the point's model (``per_sample_s = 1 / throughput``, ``base_s
-  = 0``, deterministic) and the intra-node link to the GPU's (``intra_bandwidth_Bps``,
-  ``intra_latency_s``);
+  = 0``, deterministic; the line through two published batch sizes where the source gives
+  both) and the intra-node link to the GPU's (``intra_bandwidth_Bps``, ``intra_latency_s``);
 * ``cluster.network.preset = "ib-edr"`` sets ``latency_s``, ``bandwidth_Bps`` and
   ``overhead_s``;
 * ``protocol.library = "nccl"`` applies a library's figures (``libraries.toml``, :mod:`.libraries`).
@@ -39,6 +39,17 @@ def gpu_throughput(gpu: str, precision: str, model: str) -> dict[str, Any] | Non
     return catalogue()["gpu"].get(gpu, {}).get(precision, {}).get(model)
 
 
+def compute_model(entry: dict[str, Any]) -> tuple[float, float]:
+    """``(per_sample_s, base_s)`` of a catalogue entry: the line through its two published
+    (batch, seconds) points when it has a smaller batch's figure, else ``(1 / per_s, 0)``."""
+    if "small_per_s" not in entry:
+        return 1.0 / entry["per_s"], 0.0
+    big, small = entry["batch"], entry["small_batch"]
+    t_big, t_small = big / entry["per_s"], small / entry["small_per_s"]
+    per_sample = (t_big - t_small) / (big - small)
+    return per_sample, t_small - small * per_sample
+
+
 def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, label: str = "") -> None:
     """Fill the point's compute and network keys from its presets, in place (module doc);
     an unknown preset or a model without a published figure is one :class:`ScenarioError`."""
@@ -53,7 +64,8 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
     if gpu is not None:
         if gpu not in cat["gpu"]:
             raise ScenarioError(f"{where}: key 'cluster.gpu' = {gpu!r}{label}: not in the hardware catalogue"
-                                f"{libraries.did_you_mean(gpu, list(cat['gpu']))} (one of {', '.join(cat['gpu'])}; `ddlsim hardware` lists them)")
+                                f"{libraries.did_you_mean(gpu, list(cat['gpu']))} (one of {', '.join(cat['gpu'])}; "
+                                "`ddlsim hardware` lists them)")
         model, precision = point["workload"]["model"], cl["precision"]
         entry = gpu_throughput(gpu, precision, model)
         if entry is None and "cluster.compute.per_sample_s" not in explicit:
@@ -62,18 +74,23 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
                 f"{where}: key 'cluster.gpu' = {gpu!r}{label}: no published {precision} throughput for model {model!r} "
                 f"in the hardware catalogue (it has: {', '.join(have) or 'none'}); set cluster.compute.per_sample_s "
                 "(and cluster.compute.base_s) yourself")
-        fill("cluster.compute.base_s", 0.0)
-        fill("cluster.compute.distribution", "deterministic")
+        base = 0.0
         if entry is not None:
-            fill("cluster.compute.per_sample_s", 1.0 / entry["per_s"])
+            per_sample, fixed = compute_model(entry)
+            fill("cluster.compute.per_sample_s", per_sample)
+            if "cluster.compute.per_sample_s" not in explicit:
+                base = fixed
+        fill("cluster.compute.base_s", base)
+        fill("cluster.compute.distribution", "deterministic")
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
     preset = cl["network"]["preset"]
     if preset is not None:
         if preset not in cat["network"]:
-            raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware catalogue"
-                                f"{libraries.did_you_mean(preset, list(cat['network']))} (one of {', '.join(cat['network'])})")
+            raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware "
+                                f"catalogue{libraries.did_you_mean(preset, list(cat['network']))} (one of "
+                                f"{', '.join(cat['network'])})")
         net = cat["network"][preset]
         for key in ("latency_s", "bandwidth_Bps", "overhead_s"):
             fill(f"cluster.network.{key}", float(net[key]))
@@ -110,7 +127,9 @@ def markdown() -> str:
         if not rows:
             out.append(f"| {key} ({g['name']}) | | | none catalogued | | |")
         for p, m, e in rows:
-            out.append(f"| {key} ({g['name']}) | {p} | {m} | {e['per_s']:g} | {e['batch']} | [{e['source']}](#sources) |")
+            small = f" ({e['small_per_s']:g} at {e['small_batch']})" if "small_per_s" in e else ""
+            out.append(f"| {key} ({g['name']}) | {p} | {m} | {e['per_s']:g}{small} | {e['batch']} | "
+                       f"[{e['source']}](#sources) |")
     out += ["", "| link | bandwidth (B/s, per direction) | latency (s) | overhead (s) | name | source |",
             "|---|---|---|---|---|---|"]
     for table in ("intra", "network"):
@@ -136,6 +155,11 @@ def check_catalogue() -> list[str]:
                     problems.append(f"gpu {key} {p} {m}: unknown source {e.get('source')!r}")
                 if not e.get("per_s", 0) > 0:
                     problems.append(f"gpu {key} {p} {m}: per_s must be > 0")
+                elif "small_per_s" in e:
+                    if not 0 < e.get("small_batch", 0) < e["batch"]:
+                        problems.append(f"gpu {key} {p} {m}: small_batch must be > 0 and < batch")
+                    elif min(compute_model(e)) < 0:
+                        problems.append(f"gpu {key} {p} {m}: its two points give a negative base_s or per_sample_s")
     for key, lib in libraries.libraries().items():
         for f in libraries.FIGURES:
             if f in lib and libraries.source_of(lib, f) not in cat["sources"]:
@@ -153,4 +177,4 @@ if __name__ == "__main__":
     print(markdown(), end="")
 
 
-__all__ = ["catalogue", "apply_presets", "gpu_throughput", "listing", "markdown", "check_catalogue"]
+__all__ = ["catalogue", "apply_presets", "compute_model", "gpu_throughput", "listing", "markdown", "check_catalogue"]

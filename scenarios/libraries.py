@@ -91,6 +91,10 @@ def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, l
                                 f"{did_you_mean(name, list(libs))} (one of {', '.join(libs)}; `ddlsim hardware` "
                                 "lists them)")
         lib = libs[name]
+        if (lib["family"] == "ps") != is_ps(point):
+            kind = "a parameter-server" if lib["family"] == "ps" else "a collective (all-reduce, gossip)"
+            raise ScenarioError(f"{where}: key 'protocol.library' = {name!r}{label}: {kind} library, and "
+                                f"protocol.name = {point['protocol']['name']!r} is not of that family")
     cl, net, comp = point["cluster"], point["cluster"]["network"], point["cluster"]["compute"]
 
     def fill(key: str, value: Any) -> None:

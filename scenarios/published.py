@@ -19,7 +19,8 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.files import atomic_write
@@ -355,7 +356,8 @@ def alpha_beta(row: Row) -> float:
     k, cat = row.keys, catalogue()
     nbytes = 4.0 * param_count(k["workload.model"], dataset_info("imagenet"))
     if row.nodes > 1:
-        beta = float(k.get("cluster.network.bandwidth_Bps", cat["network"][k["cluster.network.preset"]]["bandwidth_Bps"]))
+        nominal = cat["network"][k["cluster.network.preset"]]["bandwidth_Bps"]
+        beta = float(k.get("cluster.network.bandwidth_Bps", nominal))
     else:
         beta = float(cat["intra"][cat["gpu"][k["cluster.gpu"]]["intra"]]["bandwidth_Bps"])
     n = row.gpus
@@ -489,7 +491,8 @@ def note(results: list[Result]) -> str:
         pub = ("≥ " if r.row.bound == "lower" else "") + _fmt(r.row.metric, r.row.published)
         oe = r.overhead_error(r.sec_per_iter)
         lines.append(
-            f"| {r.row.id} | {r.row.source} ({r.row.where}) | {r.row.what} | {pub} | {_fmt(r.row.metric, r.predicted)} | "
+            f"| {r.row.id} | {r.row.source} ({r.row.where}) | {r.row.what} | {pub} | "
+            f"{_fmt(r.row.metric, r.predicted)} | "
             f"{r.overhead(r.published_s):.1%} | {r.overhead(r.sec_per_iter):.1%} | {_pct(oe)} | "
             f"{r.overhead(r.alpha_beta_s):.1%} | {r.error:+.1%} | {r.row.calibrated or '—'} |")
     missed = [r for r in counted if (e := r.overhead_error(r.sec_per_iter)) is not None and abs(e) > 0.25]

@@ -38,6 +38,18 @@ def test_gpu_preset_fills_compute_and_intra_link_from_the_catalogue() -> None:
     assert mixed["cluster"]["compute"]["per_sample_s"] == pytest.approx(1 / 1200)
 
 
+def test_two_published_batch_sizes_give_the_gpu_a_fixed_cost() -> None:
+    # truth: tf-benchmarks' DGX-1 table, one P100 on ResNet-50: 219 img/s at batch 64, 195 at 32;
+    # the compute model passes through both (64/219 s and 32/195 s per minibatch)
+    text = BASE.replace("learners = 16\ngpus_per_node = 8", "learners = 1") + 'gpu = "p100"\n'
+    for mu, per_s in ((64, 219), (32, 195)):
+        c = load_text(text + f"minibatch = {mu}\n").points()[0]["cluster"]["compute"]
+        assert c["base_s"] + mu * c["per_sample_s"] == pytest.approx(mu / per_s)
+    assert c["base_s"] > 0
+    given = load_text(text + "[cluster.compute]\nper_sample_s = 0.01\n").points()[0]["cluster"]["compute"]
+    assert (given["base_s"], given["per_sample_s"]) == (0.0, 0.01)    # the user's own linear model
+
+
 def test_explicit_keys_win_over_presets_in_the_file_in_a_sweep_and_by_set() -> None:
     text = BASE + 'gpu = "a100"\n[cluster.compute]\nper_sample_s = 0.01\n[cluster.network]\npreset = "ib-hdr"\n'
     p = load_text(text, "<t>", ["cluster.network.latency_s=1e-3"]).points()[0]
