@@ -272,7 +272,7 @@ def staleness_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
         alike = hard is not None and fix.all_learned() and hard.all_learned() and (
             within_intervals(configuration_row(fix.runs), configuration_row(hard.runs), width=width)
             or all(is_number(r.get("time_to_target_s")) for r in (*fix.runs, *hard.runs)))
-        if alike:
+        if alike and hard is not None:
             got = same_error_times(fix, hard, curve_index(curves), target)
             if got is not None:
                 speeds.append((mu, speed_text(name, "hardsync", *got)))
@@ -322,11 +322,11 @@ def policy_finding(rows: Iterable[Row], test_size: int | None = None) -> str | N
             sigma = const.values("staleness_mean")
             if not sigma or max(sigma) <= 0:
                 continue
-            a, c = aware.by_seed(), const.by_seed()
-            seeds = [s for s in a if s in c]
+            by_aware, by_const = aware.by_seed(), const.by_seed()
+            seeds = [s for s in by_aware if s in by_const]
             if len(seeds) < 2:
                 continue
-            diffs = [a[s]["final_test_error"] - c[s]["final_test_error"] for s in seeds]
+            diffs = [by_aware[s]["final_test_error"] - by_const[s]["final_test_error"] for s in seeds]
             names.add(name)
             case = (const, diffs)
             if all(d < -width - 1e-12 for d in diffs):
@@ -415,7 +415,7 @@ def minibatch_finding(rows: Iterable[Row], test_size: int | None = None) -> str 
     held = []
     for cs in series.values():
         seeds = sorted({s for c in cs for s in c.by_seed()}, key=str)
-        etas = []
+        etas: list[tuple[float, int, int]] = []
         for s in seeds:
             diag: dict[float, list[float]] = {}
             for c in cs:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .table import (CONFIG_COLUMNS, Row, config_key, is_number, label, labels, mean, sort_key,
                     swept_keys, varying_keys)
+
+R = TypeVar("R", bound=Mapping[str, Any])  # a run's row, as the caller holds it
 
 # Student's t distribution's 97.5 % quantile t_{0.975, ν} for ν = 1 … 99 degrees of freedom: the
 # two-sided 95 % critical values tabulated in the NIST/SEMATECH e-Handbook of Statistical Methods
@@ -78,17 +80,17 @@ STAT_PARTS = ("mean", "min", "max", "ci_low", "ci_high")
 BOUNDS = {"final_test_error": (0.0, 1.0), "best_test_error": (0.0, 1.0)}
 
 
-def replicate_groups(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
+def replicate_groups(rows: Iterable[R]) -> dict[tuple, list[R]]:
     """Runs grouped by configuration (:func:`.table.config_key`: everything but the seed and the
     measurements), in order of first appearance; a summary without a ``seed`` column (an earlier
     ddlsim's) has one run per configuration unless it repeated one."""
-    out: dict[tuple, list[Row]] = {}
+    out: dict[tuple, list[R]] = {}
     for r in rows:
         out.setdefault(config_key(r), []).append(r)
     return out
 
 
-def seeds_text(rows: Sequence[Row], compact: bool = False) -> str:
+def seeds_text(rows: Sequence[Mapping[str, Any]], compact: bool = False) -> str:
     """The seeds of ``rows`` listed, ``"0,1,2"`` (``compact``: ``"0–2"`` for consecutive
     integers); ``""`` when no row has one."""
     seeds = sorted({int(r["seed"]) for r in rows if is_number(r.get("seed")) and float(r["seed"]).is_integer()})
@@ -99,7 +101,7 @@ def seeds_text(rows: Sequence[Row], compact: bool = False) -> str:
     return ",".join(map(str, seeds))
 
 
-def configuration_row(runs: Sequence[Row]) -> dict[str, Any]:
+def configuration_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One configuration's row of ``configurations.csv`` from its runs (its replicates): its
     identity (``config_id``, protocol, λ, μ, n, the swept keys), ``replicates`` (runs that did not
     fail), ``seeds``, ``failed``; for each of :data:`STAT_COLUMNS` the mean, min, max and 95 %

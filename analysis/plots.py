@@ -176,7 +176,7 @@ def _error_panels(lines: dict[str, tuple[list[float], list[float]]], panels: dic
     shades = (colormaps["tab10"](np.arange(len(lams))) if len(lams) <= 10  # few λ: distinct hues
               else colormaps["viridis"](np.linspace(0.0, 0.9, len(lams))))
     color = {lam: shades[i] for i, lam in enumerate(lams)}
-    style = {mu: LINESTYLES[i % len(LINESTYLES)] for i, mu in enumerate(mus)}
+    style: dict[Any, Any] = {mu: LINESTYLES[i % len(LINESTYLES)] for i, mu in enumerate(mus)}
     fig = new_figure(*panel_size(len(shown), w=4.2, h=3.2))
     for ax, rs, head in zip(panel_grid(fig, len(shown), share=True), shown, heads):
         for r in rs:
@@ -229,6 +229,7 @@ def heatmap(summary: Table, value: str = "final_test_error", *, cmap: str = "RdY
     for ax, (head, prow) in zip(axes, panels):
         image = _heat_panel(ax, prow, value, colors, norm)
         ax.set_title(head, fontsize=10 if len(head) < 40 else 8)
+    assert image is not None  # at least one panel
     bar = fig.colorbar(image, ax=axes, shrink=0.9, label=describe(value),
                        extend="max" if max(vals) > norm.vmax else "neither")
     if value in ERROR_COLUMNS:
@@ -504,7 +505,7 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
         texts.setdefault(sig, []).append(_panel_title(rs[0], keys))
     intervals = any(r.get("replicates", 1) > 1 for r in rows)
     for (sig, rs), (color, _), marker in zip(groups.items(), styles(len(groups)), _markers(len(groups))):
-        text = " ≡ ".join(texts[sig]) + (" (identical)" if len(texts[sig]) > 1 else "") \
+        text: str | None = " ≡ ".join(texts[sig]) + (" (identical)" if len(texts[sig]) > 1 else "") \
             if len(groups) > 1 or len(texts[sig]) > 1 else "runs"
         kinds = ((lambda r: not _stuck(r) and r.get("diverged") is not True, color),
                  (lambda r: _stuck(r) and r.get("diverged") is not True, "none"),
@@ -534,13 +535,13 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     spots: dict[tuple[float, float], list[str]] = {}  # tied runs share one annotation
     for i, r in enumerate(front, 1):
         spots.setdefault((r[x], r[y]), []).append(str(i) if numbered else names[str(r.get("run_id"))])
-    for xy, texts in spots.items():
-        ax.annotate(("," if numbered else "\n").join(texts), xy, xytext=(4, 4), fontsize=7,
+    for xy, tags in spots.items():
+        ax.annotate(("," if numbered else "\n").join(tags), xy, xytext=(4, 4), fontsize=7,
                     textcoords="offset points", fontweight="bold" if numbered else "normal")
     if numbered:
-        keys = [Line2D([], [], linestyle="", label=f"{i}: {names[str(r.get('run_id'))]}")
-                for i, r in enumerate(front, 1)]
-        fig.legend(handles=keys, loc="outside right upper", fontsize=7, frameon=False,
+        entries = [Line2D([], [], linestyle="", label=f"{i}: {names[str(r.get('run_id'))]}")
+                   for i, r in enumerate(front, 1)]
+        fig.legend(handles=entries, loc="outside right upper", fontsize=7, frameon=False,
                    title="frontier " + ("configurations" if intervals else "runs"), title_fontsize=8,
                    handlelength=0, handletextpad=0)
     if use_log([r[x] for r in rows]):

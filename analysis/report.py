@@ -12,6 +12,7 @@ import base64
 import html
 import os
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from ._figure import fmt_value
@@ -150,7 +151,7 @@ def _highlights(results: Results) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
 
 
-def _ties(rows: list[dict[str, Any]], winner: dict[str, Any], names: dict[str, str],
+def _ties(rows: list[dict[str, Any]], winner: Mapping[str, Any], names: dict[str, str],
           test_size: int | None) -> str:
     """The sentence naming the runs (configurations, with replicates) tied with the lowest final
     error, and the fastest of them."""

@@ -150,8 +150,10 @@ def _test_size(summary: Table, scenario: dict[str, Any]) -> int | None:
     """How many test samples each error of the runs counts (so a difference of one sample is
     ``1 / test_size``): the size of the test set of the runs' one data set, named by a
     ``workload.dataset`` column or the scenario; ``None`` when unknown or several."""
-    base = scenario.get("base") if isinstance(scenario.get("base"), dict) else scenario
-    workload = base.get("workload") if isinstance(base.get("workload"), dict) else {}
+    given = scenario.get("base")
+    base: dict[str, Any] = given if isinstance(given, dict) else scenario
+    given = base.get("workload")
+    workload: dict[str, Any] = given if isinstance(given, dict) else {}
     names = {v for v in summary.column("workload.dataset") if isinstance(v, str)}
     if not names and isinstance(workload.get("dataset"), str):
         names = {workload["dataset"]}
@@ -159,9 +161,10 @@ def _test_size(summary: Table, scenario: dict[str, Any]) -> int | None:
         return None
     samples = workload.get("teacher_samples")
     features = workload.get("teacher_features")
+    sizes: dict[str, Any] = {**({"teacher_samples": samples} if is_number(samples) else {}),
+                             **({"teacher_features": features} if is_number(features) else {})}
     try:
-        info = dataset_info(names.pop(), **({"teacher_samples": samples} if is_number(samples) else {}),
-                            **({"teacher_features": features} if is_number(features) else {}))
+        info = dataset_info(names.pop(), **sizes)
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
     return int(info.test_size) if info.test_size >= 1 else None

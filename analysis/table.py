@@ -19,7 +19,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..simulator.files import atomic_write, read_bounded
 
@@ -203,7 +203,7 @@ def is_value(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: Any) -> TypeGuard[float]:
     """True for a finite int/float (bools excluded) that a float can hold: an integer beyond
     a float's range (a hand-edited cell, a JSON literal) is no usable number."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
