@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..simulator.trace import APPLY, EVAL, GRAD, MIX, OUTER, Trace
+from ..simulator.trace import APPLY, EVAL, GRAD, LOCAL_SCHEMA, MIX, OUTER, Trace
 from .compression import PowerSGDState, average
 from .flatmodel import FlatModel
 from .optim import Optimizer, OuterOptimizer
@@ -52,7 +52,9 @@ def needs_local_replay(trace: Trace) -> bool:
     kind = trace.ops["kind"]
     if trace.n_ops and bool((kind == OUTER).any()):
         return True
-    return bool(((kind == MIX) & (trace.ops["batch_index"] >= 0)).any()) if trace.n_ops else False
+    if trace.header.get("schema_version") != LOCAL_SCHEMA or not trace.n_ops:
+        return False  # (a mix's batch_index names a fragment only in schema 2)
+    return bool(((kind == MIX) & (trace.ops["batch_index"] >= 0)).any())
 
 
 class LocalReplayer:
@@ -71,6 +73,7 @@ class LocalReplayer:
         self.device = data.train_x.device
         h = trace.header
         self.nodes = int(h["nodes"])
+        self.schema = h.get("schema_version")
         found = h.get("averaging")
         avg: dict[str, Any] = found if isinstance(found, dict) else {}
         self.compression = str(avg.get("compression", "none"))
@@ -224,7 +227,7 @@ class LocalReplayer:
         nd, v = int(ops["node"][i]), int(ops["version"][i])
         key = (int(ops["src_node"][i]), int(ops["src_version"][i]))
         x, xs = self.states[(nd, v)], self.states[key]
-        frag = int(ops["batch_index"][i])
+        frag = int(ops["batch_index"][i]) if self.schema == LOCAL_SCHEMA else -1
         if frag >= 0:
             lo, hi, _ = self.slices[frag]
             new = x.clone()

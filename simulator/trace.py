@@ -735,3 +735,53 @@ def check_replayable(trace: Trace, name: str = "<trace>") -> None:
     if nodes is None or nodes > max(1, named + 1):
         raise field("nodes", h.get("nodes"), f"expected an integer in 1 .. {max(1, named + 1):,}, the nodes the ops "
                     "name (a replay holds a state per node)")
+    _check_averaging(trace, name, field, column)
+
+
+AVERAGING_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")  # compression_bytes.COMPRESSIONS
+
+
+def _check_averaging(trace: Trace, name: str, field: Any, column: Any) -> None:
+    """Schema 2's header ``averaging`` and outer / fragment ops: a compression ddlsim knows, its
+    integers in range, ``tensors`` the fragments of contiguous tensors in 0 .. F−1; an outer
+    op's learning rate finite and > 0 and its momentum in [0, 1); every fragment an op names
+    below F (−1: the whole model)."""
+    h, ops = trace.header, trace.ops
+    avg = h.get("averaging")
+    fragments = 1
+    if avg is not None:
+        if not isinstance(avg, dict):
+            raise field("averaging", avg, "expected a table")
+
+        def integer(key: str, lo: int, default: int) -> int:
+            v = avg.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 10**9:
+                raise field(f"averaging.{key}", v, f"expected an integer in {lo} .. 10^9")
+            return v
+
+        if avg.get("compression", "none") not in AVERAGING_COMPRESSIONS:
+            raise field("averaging.compression", avg.get("compression"),
+                        f"expected one of {', '.join(AVERAGING_COMPRESSIONS)}")
+        integer("powersgd_rank", 1, 1)
+        integer("powersgd_warmup", 0, 0)
+        integer("local_steps", 1, 1)
+        fragments = integer("fragments", 1, 1)
+        tensors = avg.get("tensors")
+        if (tensors is None and fragments > 1) or tensors is not None and not (
+                isinstance(tensors, list) and tensors and all(isinstance(t, int) and not isinstance(t, bool)
+                                                               for t in tensors)
+                and tensors[0] == 0 and tensors[-1] == fragments - 1
+                and all(b - a in (0, 1) for a, b in zip(tensors, tensors[1:]))):
+            raise field("averaging.tensors", tensors, f"expected the fragment of each tensor: from 0 up to "
+                        f"{fragments - 1} (averaging.fragments − 1), ascending by at most one")
+    kind = ops["kind"]
+    outer = np.flatnonzero(kind == OUTER)
+    # a mix's batch_index is a fragment only in schema 2 (schema 1 ignores it)
+    two = h.get("schema_version") == LOCAL_SCHEMA
+    frag_rows = np.flatnonzero((kind == OUTER) | ((kind == MIX) & two))
+    f = ops["batch_index"][frag_rows]
+    column("ops", "batch_index", f, (f < -1) | (f >= fragments),
+           f"a fragment of the model: −1 (all of it) or 0 .. {fragments - 1} (header averaging.fragments)", frag_rows)
+    lr, mom = ops["coef"][outer], ops["self_coef"][outer]
+    column("ops", "coef", lr, ~(np.isfinite(lr) & (lr > 0)), "an outer learning rate is a finite number > 0", outer)
+    column("ops", "self_coef", mom, ~((mom >= 0) & (mom < 1)), "an outer momentum is ≥ 0 and < 1", outer)

@@ -235,3 +235,27 @@ def test_bad_input_is_one_line_naming_key_and_value(tmp_path: Path, capsys: pyte
     for w in words:
         assert w in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda h, o: h["averaging"].update(compression="zip"), ["averaging.compression", "zip"]),
+    (lambda h, o: h["averaging"].update(powersgd_rank=0), ["averaging.powersgd_rank", "0"]),
+    (lambda h, o: h["averaging"].update(tensors=[0, 2, 1, 1]), ["averaging.tensors"]),
+    (lambda h, o: o["coef"].__setitem__(o["kind"] == T.OUTER, 0.0), ["coef", "outer learning rate"]),
+    (lambda h, o: o["self_coef"].__setitem__(o["kind"] == T.OUTER, 1.0), ["self_coef", "outer momentum"]),
+    (lambda h, o: o["batch_index"].__setitem__(o["kind"] == T.OUTER, 5), ["batch_index", "fragment"]),
+])
+def test_a_replay_refuses_a_bad_schema_2_trace_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           change, words: list[str]) -> None:
+    # truth: check_replayable names the header field or the op's column, before any replay
+    p = point("diloco", protocol__local_steps=2, protocol__fragments=2)
+    tr = simulate(p).trace
+    ops = {k: np.array(v) for k, v in tr.ops.items()}
+    header = dict(tr.header, averaging=dict(tr.header["averaging"]))
+    change(header, ops)
+    T.write(T.Trace(header, ops, tr.inputs), tmp_path / "bad.ddlt")
+    assert main(["trace", str(tmp_path / "bad.ddlt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ddlsim: error:") and "\n" not in err and "bad.ddlt" in err
+    for w in words:
+        assert w in err
