@@ -79,9 +79,9 @@ SPECS: dict[str, ProtocolSpec] = {s.name: s for s in (
     ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph",
                  live_defaults=(("protocol.overlap", 0),)),
     ProtocolSpec("local_sgd", GOSSIP, "local SGD: H local steps on every node, then the models are averaged "
-                 "(PyTorch's PeriodicModelAverager / post-local SGD)", live=False),
+                 "(PyTorch's PeriodicModelAverager / post-local SGD)"),
     ProtocolSpec("diloco", GOSSIP, "DiLoCo: H inner steps on every node, then an outer Nesterov step on the "
-                 "averaged pseudo-gradient (Douillard et al. 2023)", live=False),
+                 "averaged pseudo-gradient (Douillard et al. 2023)"),
 )}
 
 PROTOCOLS: tuple[str, ...] = tuple(SPECS)
