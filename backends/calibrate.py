@@ -169,8 +169,10 @@ def _allreduce_sweep(rank: int, world: int, init: str, backend: str, sizes: list
     each trial's mean seconds per all-reduce, per size."""
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # the communicator's and the barrier's device is this rank's own GPU
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
     trials: dict[int, list[float]] = {}
     try:
         for nbytes in sizes:
