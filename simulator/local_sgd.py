@@ -93,8 +93,10 @@ class LocalRun(GossipRun):
     def _payloads(self, shapes: list[tuple[int, ...]], step: int) -> tuple[float, ...]:
         """Bytes per node of each all-reduce of one averaging of ``shapes`` at averaging ``step``."""
         comp = self.compression if compression_active(self.compression, step, self.ps_warmup) else "none"
-        scale = self.bpp / 4.0  # compression_bytes counts float32; bytes_per_param rescales it
-        return tuple(b * scale for b in allreduce_payloads(shapes, comp, self.rank))
+        if comp in ("fp16", "bf16"):  # 2 bytes an element (no more than the parameters' own bytes)
+            return (min(2.0, self.bpp) * sum(math.prod(s) for s in shapes),)
+        # elements at cluster.network.bytes_per_param each (compression_bytes counts 4-byte floats)
+        return tuple(b * self.bpp / 4.0 for b in allreduce_payloads(shapes, comp, self.rank))
 
     def _compress_flops(self, shapes: list[tuple[int, ...]], step: int) -> float:
         if not compression_active(self.compression, step, self.ps_warmup):
@@ -149,7 +151,7 @@ class LocalRun(GossipRun):
                 c = CAST_FLOPS_PER_ELEMENT * nbytes / self.bpp * self.s_per_flop
                 self.compress_s += c
                 begin += c
-            end = self._collective(begin, nbytes / 2.0 if half else nbytes)
+            end = self._collective(begin, nbytes * min(2.0, self.bpp) / self.bpp if half else nbytes)
         return self._close_step(k, t, ready, end)
 
     def _close_step(self, k: int, t: float, ready: list[float], end: float) -> float:

@@ -259,3 +259,17 @@ def test_a_replay_refuses_a_bad_schema_2_trace_in_one_line(tmp_path: Path, capsy
     assert err.startswith("ddlsim: error:") and "\n" not in err and "bad.ddlt" in err
     for w in words:
         assert w in err
+
+
+def test_fp16_of_two_byte_parameters_sends_two_bytes_and_bucketed_allreduce_halves_its_bytes() -> None:
+    # truth: fp16 sends 2 bytes an element whatever the parameters' width; all-reduce steps
+    # of fp16 move half of float32's NIC bytes, bucket by bucket (2(N−1) × bytes per step)
+    n = 4
+    K = math.ceil(1437 / (n * 8))
+    two = simulate(point("local_sgd", protocol__local_steps=1, protocol__compression="fp16",
+                         cluster__network__bytes_per_param=2.0)).summary
+    assert two["bytes_sent_per_node_per_iter"] * n * K == pytest.approx(K * 2 * (n - 1) * 2 * MLP_P, rel=1e-12)
+    plain = simulate(point("allreduce", protocol__bucket_bytes=4096)).summary
+    half = simulate(point("allreduce", protocol__bucket_bytes=4096, protocol__compression="fp16")).summary
+    assert plain["bytes_sent_per_node_per_iter"] == pytest.approx(K * 2 * (n - 1) * 4 * MLP_P / (n * K), rel=1e-12)
+    assert half["bytes_sent_per_node_per_iter"] == pytest.approx(plain["bytes_sent_per_node_per_iter"] / 2, rel=1e-12)
