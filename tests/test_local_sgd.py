@@ -133,18 +133,21 @@ def test_fp16_rounding_moves_the_weights_a_little() -> None:
     assert 0 < diff < 1e-2
 
 
-def test_simulated_time_of_local_sgd_is_the_closed_form() -> None:
+@pytest.mark.parametrize("slowdown", [1.0, 3.0])
+def test_simulated_time_of_local_sgd_is_the_closed_form(slowdown: float) -> None:
     # truth: deterministic compute, no overlap: K steps of (c + step_s), ⌈K/H⌉ ring all-reduces of
-    # the model, each 2(N−1)(α + o) + 2(N−1)/N · 4P/β (hand-written, not the simulator's collectives)
+    # the model, each 2(N−1)(α + o) + 2(N−1)/N · 4P/β (hand-written, not the simulator's collectives);
+    # with one persistent straggler (a quarter of 4 nodes) every round waits for its c·slowdown steps
     n, mu, H, base, per, step = 4, 8, 5, 0.003, 0.0002, 0.0004
     alpha, o, beta = 1e-4, 2e-5, 1e8
     p = point("local_sgd", protocol__local_steps=H, cluster__compute__base_s=base,
               cluster__compute__per_sample_s=per, cluster__compute__step_s=step, cluster__network__latency_s=alpha,
-              cluster__network__overhead_s=o, cluster__network__bandwidth_Bps=beta)
+              cluster__network__overhead_s=o, cluster__network__bandwidth_Bps=beta,
+              cluster__stragglers__fraction=0.25 if slowdown > 1 else 0.0, cluster__stragglers__slowdown=slowdown)
     sim = simulate(p)
     K = math.ceil(1437 / (n * mu))
     ring = 2 * (n - 1) * (alpha + o) + 2 * (n - 1) / n * 4 * MLP_P / beta
-    expect = K * (base + per * mu + step) + math.ceil(K / H) * ring
+    expect = K * ((base + per * mu) * slowdown + step) + math.ceil(K / H) * ring
     assert sim.summary["sim_time_s"] == pytest.approx(expect, rel=1e-12)
 
 
@@ -273,3 +276,19 @@ def test_fp16_of_two_byte_parameters_sends_two_bytes_and_bucketed_allreduce_halv
     half = simulate(point("allreduce", protocol__bucket_bytes=4096, protocol__compression="fp16")).summary
     assert plain["bytes_sent_per_node_per_iter"] == pytest.approx(K * 2 * (n - 1) * 4 * MLP_P / (n * K), rel=1e-12)
     assert half["bytes_sent_per_node_per_iter"] == pytest.approx(plain["bytes_sent_per_node_per_iter"] / 2, rel=1e-12)
+
+
+def test_diloco_time_on_two_nodes_of_two_gpus_is_the_hierarchical_closed_form() -> None:
+    # truth: per averaging, a hierarchical all-reduce: 2(g−1)(α_i + o) + 2(g−1)/g · B/β_i inside
+    # the node, 2(n−1)(α + o) + 2(n−1)/n · B/β between the n = 2 nodes; compute as above
+    g, H, c = 2, 3, 0.003 + 0.0002 * 8
+    alpha, ai, o, beta, bi = 1e-4, 5e-6, 1e-5, 1e8, 1e10
+    p = point("diloco", protocol__local_steps=H, cluster__gpus_per_node=g, cluster__compute__base_s=0.003,
+              cluster__compute__per_sample_s=0.0002, cluster__network__latency_s=alpha,
+              cluster__network__intra_latency_s=ai, cluster__network__overhead_s=o,
+              cluster__network__bandwidth_Bps=beta, cluster__network__intra_bandwidth_Bps=bi)
+    sim = simulate(p)
+    K = math.ceil(1437 / (4 * 8))
+    B = 4 * MLP_P
+    allreduce = 2 * (g - 1) * (ai + o) + 2 * (g - 1) / g * B / bi + 2 * (2 - 1) * (alpha + o) + 2 * (2 - 1) / 2 * B / beta
+    assert sim.summary["sim_time_s"] == pytest.approx(K * c + math.ceil(K / H) * allreduce, rel=1e-12)
