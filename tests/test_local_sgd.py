@@ -290,5 +290,6 @@ def test_diloco_time_on_two_nodes_of_two_gpus_is_the_hierarchical_closed_form() 
     sim = simulate(p)
     K = math.ceil(1437 / (4 * 8))
     B = 4 * MLP_P
-    allreduce = 2 * (g - 1) * (ai + o) + 2 * (g - 1) / g * B / bi + 2 * (2 - 1) * (alpha + o) + 2 * (2 - 1) / 2 * B / beta
+    inside = 2 * (g - 1) * (ai + o) + 2 * (g - 1) / g * B / bi
+    allreduce = inside + 2 * (2 - 1) * (alpha + o) + 2 * (2 - 1) / 2 * B / beta
     assert sim.summary["sim_time_s"] == pytest.approx(K * c + math.ceil(K / H) * allreduce, rel=1e-12)
