@@ -23,7 +23,7 @@ from torch import Tensor
 try:
     from torch.autograd.graph import _engine_run_backward
 except ImportError:  # pragma: no cover - another torch: the public path
-    _engine_run_backward = None
+    _engine_run_backward = None  # type: ignore[assignment]
 
 FAST = _engine_run_backward is not None
 

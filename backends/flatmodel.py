@@ -74,7 +74,7 @@ class FlatModel:
         buffer itself (valid until the next call). The scale multiplies the finished
         gradient (not the backward seed), so the result is bit-identical to a live server's
         ``gradient × scale``."""
-        if self.row_kernel and self.takes_rows(xb.dim() + 1):
+        if self.row_kernel and self._mlp is not None and self.takes_rows(xb.dim() + 1):
             out = self.grad_buf.view(1, -1) if in_place else torch.empty_like(self.grad_buf).view(1, -1)
             with torch.no_grad():
                 losses = mlp_grad_batch(self._mlp[1], z.reshape(1, -1), xb.unsqueeze(0), yb.unsqueeze(0), None, out)
@@ -115,7 +115,7 @@ class FlatModel:
         a (B, P) tensor: the weights already stacked (it is used as is, not copied).
         """
         b = xb.shape[0]
-        if self.takes_rows(xb.dim()):
+        if self._mlp is not None and self.takes_rows(xb.dim()):
             if isinstance(zs, Tensor):
                 stacked = zs
             else:

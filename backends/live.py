@@ -95,6 +95,7 @@ def play(point: dict[str, Any], rank: int, mean_sigma: float, out: str, init: st
     if init is None:  # torchrun: its environment names the store
         dist.init_process_group("gloo", timeout=timeout)
     else:
+        assert world is not None  # given with init
         store = rendezvous_store(init, rank, world, timeout)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout,
                                 pg_options=gloo_options(init))
@@ -135,7 +136,7 @@ def gloo_options(init: str) -> Any:
     from torch.distributed import ProcessGroupGloo
 
     host = init.removeprefix("tcp://").rsplit(":", 1)[0]
-    opts = ProcessGroupGloo._Options()
+    opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's private gloo options (no public way)
     opts._devices = [ProcessGroupGloo.create_device(hostname=host)]
     return opts
 

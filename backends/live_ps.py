@@ -150,6 +150,7 @@ def learner(point: dict[str, Any], rank: int) -> None:
         if emulated:
             end = clock.finish(t_start, clock.draws.next())
         else:
+            assert flat is not None and data is not None  # loaded above when not emulated
             idx = torch.from_numpy(stream.indices(int(start), int(size)) % n_train)
             g, _ = flat.grad(x, data.train_x[idx], data.train_y[idx])
             grad = g

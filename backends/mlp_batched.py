@@ -36,8 +36,9 @@ def mlp_layers(model: nn.Module) -> tuple[bool, list[Linear]] | None:
     if type(model) is not nn.Sequential:
         return None
     mods = list(model)
-    flatten = bool(mods) and type(mods[0]) is nn.Flatten
-    if flatten and (mods[0].start_dim, mods[0].end_dim) != (1, -1):
+    first = mods[0] if mods else None
+    flatten = type(first) is nn.Flatten
+    if flatten and isinstance(first, nn.Flatten) and (first.start_dim, first.end_dim) != (1, -1):
         return None
     mods = mods[1:] if flatten else mods
     offsets, o = {}, 0

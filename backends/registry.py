@@ -60,4 +60,4 @@ def get_backend(name: str) -> Backend:
     backend = factory()
     if not hasattr(backend, "run"):
         raise BackendError(f"backend {name!r} has no run() method")
-    return backend  # type: ignore[return-value]
+    return backend

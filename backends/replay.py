@@ -172,7 +172,7 @@ class ReplayBackend:
 
     @staticmethod
     def _replayer(trace: Trace, point: dict[str, Any], options: RunOptions, device: Any
-                  ) -> tuple[Replayer | StackedReplayer, Data]:
+                  ) -> tuple[Replayer | StackedReplayer | LocalReplayer, Data]:
         """The interpreter of ``trace`` for ``point`` (not yet run) and the data it reads."""
         data = load_data(point, options.data_dir, options.download, device=device)
         check_samples(trace, point, data)
@@ -181,8 +181,9 @@ class ReplayBackend:
         sigma = trace.header.get("mean_staleness", mean_staleness(trace.inputs["staleness"]))
         opt = Optimizer(point["optimizer"], float(sigma))
         rep = make_replayer(trace, model, data, opt, batched=options.batched, stacked=options.stacked)
-        if until_of(point) is not None:  # a rung of successive halving: the whole trace's path on its prefix
-            rep = make_replayer(prefix(trace, until_of(point)), model, data, opt, batched=options.batched,
+        until = until_of(point)
+        if until is not None:  # a rung of successive halving: the whole trace's path on its prefix
+            rep = make_replayer(prefix(trace, until), model, data, opt, batched=options.batched,
                                 stacked="on" if isinstance(rep, StackedReplayer) else "off")
         if options.progress is not None:  # after each evaluation: the epoch reached
             tell, epochs = options.progress, float(point["workload"]["epochs"])

@@ -178,6 +178,7 @@ class Replayer:
         """``req``'s gradients and losses, by this replay's model: rows (B, P) and losses (B,),
         or a fused batch's one gradient (P,) and its per-sample losses (N,)."""
         if req.fused:
+            assert req.scale is not None  # a fused request weighs its samples
             return self.flat.grad_weighted(req.zs[0], req.xb, req.yb, req.scale, req.in_buffer)
         return self.flat.grad_batch(req.zs, req.xb, req.yb, req.scale)
 

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .replay_generic import GradRequest, Replayer
+from .replay_local import LocalReplayer
 from .replay_plan import BATCH_CAP, ROWS, batch_rows
 from .replay_stacked import StackedReplayer
 
@@ -60,17 +61,17 @@ def architecture(rep: Replayer) -> tuple[Any, ...]:
             flat.work.dtype, str(flat.work.device))
 
 
-def replay_many(reps: Sequence[Replayer | StackedReplayer]) -> list[list[dict[str, Any]]]:
+def replay_many(reps: Sequence[Replayer | StackedReplayer | LocalReplayer]) -> list[list[dict[str, Any]]]:
     """Run every replay of ``reps`` (each at most once, not yet run); return their curves in
     order. Replays that :func:`shares_calls` run in lockstep, their requests of each step
     computed in shared calls (module doc); the others run one after another."""
     curves: dict[int, list[dict[str, Any]]] = {}
-    shared = [k for k, r in enumerate(reps) if isinstance(r, Replayer) and shares_calls(r)]
+    shared = {k: r for k, r in enumerate(reps) if isinstance(r, Replayer) and shares_calls(r)}
     for k, rep in enumerate(reps):
         if k not in shared:
             curves[k] = rep.run()
-    gens: dict[int, Steps] = {k: reps[k].steps() for k in shared}
-    arch = {k: architecture(reps[k]) for k in shared}  # type: ignore[arg-type]
+    gens: dict[int, Steps] = {k: r.steps() for k, r in shared.items()}
+    arch = {k: architecture(r) for k, r in shared.items()}
     pending: dict[int, GradRequest] = {}
     for k, gen in gens.items():
         _advance(k, gen, None, pending)
@@ -80,10 +81,10 @@ def replay_many(reps: Sequence[Replayer | StackedReplayer]) -> list[list[dict[st
             groups[(arch[k], req.fused, req.xb.shape if req.fused else req.xb.shape[1:])].append((k, req))
         pending = {}
         for members in groups.values():
-            for (k, _), result in zip(members, _compute(reps, members)):
+            for (k, _), result in zip(members, _compute(shared, members)):
                 _advance(k, gens[k], result, pending)
-    for k in shared:
-        curves[k] = reps[k].curves
+    for k, r in shared.items():
+        curves[k] = r.curves
     return [curves[k] for k in range(len(reps))]
 
 
@@ -99,15 +100,13 @@ def _rows_of(req: GradRequest) -> int:
     return 1 if req.fused else int(req.xb.shape[0])
 
 
-def _compute(reps: Sequence[Replayer | StackedReplayer], members: list[tuple[int, GradRequest]]
+def _compute(reps: dict[int, Replayer], members: list[tuple[int, GradRequest]]
              ) -> list[tuple[Tensor, Tensor]]:
     """The results of ``members`` (requests of one key), in order: consecutive requests share
     a call while their rows fit the batching rule's cap for all of them."""
     if len(members) == 1:
         return _shared_call(reps, members)
-    rep0 = reps[members[0][0]]
-    assert isinstance(rep0, Replayer)
-    cap = _cap(rep0, len(members))
+    cap = _cap(reps[members[0][0]], len(members))
     chunks: list[list[tuple[int, GradRequest]]] = [[]]
     rows = 0
     for member in members:
@@ -120,19 +119,19 @@ def _compute(reps: Sequence[Replayer | StackedReplayer], members: list[tuple[int
     return [result for chunk in chunks for result in _shared_call(reps, chunk)]
 
 
-def _shared_call(reps: Sequence[Replayer | StackedReplayer], chunk: list[tuple[int, GradRequest]]
+def _shared_call(reps: dict[int, Replayer], chunk: list[tuple[int, GradRequest]]
                  ) -> list[tuple[Tensor, Tensor]]:
     """One call for the requests of ``chunk``; each its own replay's result (module doc)."""
     if len(chunk) == 1:
         k, req = chunk[0]
-        rep = reps[k]
-        assert isinstance(rep, Replayer)
-        return [rep.compute(req)]
+        return [reps[k].compute(req)]
     flat = reps[chunk[0][0]].flat
     reqs = [req for _, req in chunk]
     if reqs[0].fused:
+        weights = [r.scale for r in reqs if r.scale is not None]
+        assert len(weights) == len(reqs)  # fused requests weigh their samples
         g, losses = flat.grad_weighted_batch(torch.stack([r.zs[0] for r in reqs]), torch.stack([r.xb for r in reqs]),
-                                             torch.stack([r.yb for r in reqs]), torch.stack([r.scale for r in reqs]))
+                                             torch.stack([r.yb for r in reqs]), torch.stack(weights))
         return [(g[i], losses[i]) for i in range(len(reqs))]
     zs: list[Tensor] = []
     for r in reqs:

@@ -40,7 +40,7 @@ Models that cannot be batched (batch norm) and single-node traces use the generi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -54,6 +54,15 @@ from .replay_data import Diverged, LossLog, Minibatches
 from .replay_generic import RUN_CHUNK, Replayer
 from .replay_plan import BATCH_CAP, LOOKAHEAD, Plan, capped, check_header, plan_trace
 from .workloads import Data
+
+
+class GenericOptions(TypedDict):
+    """What the stacked replay hands to the generic interpreter when it falls back to it."""
+
+    batched: bool
+    batch_cap: int
+    lookahead: int
+
 
 RELEASE_CHUNK = 1 << 14     # trace ops released to the scheduler at a time
 SMALL_BATCH = 4             # fewer applies / mix runs than this: one by one, on views of rows
@@ -149,7 +158,7 @@ class StackedReplayer:
         self.peak_live_states = 0
         self.peak_live_grads = 0
         self._hooked = type(self).on_grad_reads is not StackedReplayer.on_grad_reads
-        self._generic_kw = {"batched": batched, "batch_cap": batch_cap, "lookahead": lookahead}
+        self._generic_kw = GenericOptions(batched=batched, batch_cap=batch_cap, lookahead=lookahead)
         self.fallback: str | None = None
         if self.nodes == 1:
             self.fallback = "single node"
@@ -324,7 +333,7 @@ class StackedReplayer:
         if len(ready) <= self.cap and all(rec.size == size for rec in ready):
             take, self._ready[GRAD] = ready, []
         else:
-            take, keep = [], []
+            take, keep = [], list[Any]()
             for rec in ready:
                 (take if rec.size == size and len(take) < self.cap else keep).append(rec)
             self._ready[GRAD] = keep
@@ -356,8 +365,8 @@ class StackedReplayer:
                 coefs = (1.0,) if c == 1 else tuple(plan.coefs[s:s + c].tolist())  # a single one is pre-scaled
                 rec = ApplyRec(i, (sid, *[GV + g for g in gops]), nd, sid, gops, coefs, lr)
             elif k == MIX:
-                sids, coefs = self._chain(i)
-                rec = ComboRec(i, tuple(sids), nd, sid + 1, tuple(coefs))
+                sids, mix_coefs = self._chain(i)
+                rec = ComboRec(i, tuple(sids), nd, sid + 1, tuple(mix_coefs))
             else:
                 latest = self._latest_at[j].tolist()
                 rec = EvalRec(i, tuple(latest) if nd < 0 else (sid, *latest), nd, j)
@@ -580,7 +589,7 @@ class StackedReplayer:
                 nidx = torch.tensor(nodes, device=self.device)
                 state = buf.index_select(0, nidx)
         opt.step_rows_(x, g, state, lr, w)
-        if nidx is not None:
+        if nidx is not None and buf is not None and state is not None:  # the gathered rows, back
             buf.index_copy_(0, nidx, state)
         self._write(targets, x)
         self.op_calls += 1
@@ -673,6 +682,7 @@ class StackedReplayer:
             for go, c in zip(rec.gops, rec.coefs):
                 gt, b = gvals[GV + go]
                 g = gt[b] * c if g is None else g.add_(gt[b], alpha=c)
+        assert g is not None  # an apply has at least one gradient
         state = None if self._buf is None else self._buf[nd]
         self.opt.step_rows_(x, g, state, rec.lr, float(self._w[sid]), None if in_place else pool[t])
         self.op_calls += 1

@@ -241,7 +241,7 @@ def make_model(name: str, info: DatasetInfo) -> nn.Module:
             nn.Linear(16 * (h // 4) * (w // 4), 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
             nn.Linear(84, c))
     if name == "rudra_cifar":
-        layers: list[nn.Module] = []
+        layers = []
         for cin, cout in ((ch, 32), (32, 32), (32, 64)):
             layers += [nn.Conv2d(cin, cout, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1)]
             h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
