@@ -28,9 +28,12 @@ function also runs on one live node: given its own gradients, the world size and
   ``start_powerSGD_iter``).
 
 :meth:`PowerSGDState.average` has two forms, as ``torch.optim`` keeps foreach and
-single-tensor loops: ``batched=False`` runs each node's products as the hook does (one
-``torch.bmm`` per tensor and node, bit for bit the hook's on two nodes); ``batched=True``
-stacks the nodes' matrices of each tensor into one ``matmul`` (equal to float rounding).
+single-tensor loops: ``batched=False`` (the default) runs each node's products as the hook
+does (one ``torch.bmm`` per tensor and node, bit for bit the hook's on two nodes);
+``batched=True`` stacks the nodes' matrices of each tensor into one ``matmul`` (equal to
+float rounding). Measured on one CPU thread (rank 2, paired and interleaved, 9 rounds),
+per-tensor time / batched time: 1.30 for the digits MLP on 16 nodes, 0.80–0.84 for a
+784-512-512-10 MLP on 4 and 16 nodes (the stack copies every node's matrix), hence the default.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ class PowerSGDState:
 
     def __init__(self, rank: int, warmup: int = 0, seed: int = 0, *,
                  min_compression_rate: float = MIN_COMPRESSION_RATE, epsilon: float = 0.0,
-                 batched: bool = True) -> None:
+                 batched: bool = False) -> None:
         check_rank(rank)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"protocol.powersgd_warmup = {warmup!r}: expected an integer ≥ 0")
