@@ -172,3 +172,27 @@ def test_hardware_lists_the_libraries_with_sources(capsys: pytest.CaptureFixture
     for name in ("nccl", "gloo", "horovod", "tf-grpc", "ps-lite"):
         assert f"  {name} " in out
     assert "[nccl-tests-212]" in out and "[pytorch-ddp-bench]" in out
+
+
+def test_library_jitter_makes_a_barrier_wait_for_the_slowest_of_n_draws() -> None:
+    # truth: E[max of N lognormal draws] by numerical integration, ∫ 1 − F(x)^N dx (scipy), for the
+    # nccl preset's cv on 8 GPUs with free links: each iteration lasts the slowest GPU's compute
+    from scipy import integrate
+
+    from ddlsim.simulator.run import simulate
+
+    iters, n = 300, 8
+    text = BASE.replace("learners = 16", f"learners = {n}") + (
+        "minibatch = 32\n[cluster.network]\nintra_bandwidth_Bps = inf\nintra_latency_s = 0.0\n"
+        '[protocol]\nname = "allreduce"\nlibrary = "nccl"\nbucket_bytes = 0\n')
+    p = load_text(text, "<t>", ["workload.epochs=1", f"workload.samples_per_epoch={n * 32 * iters}"]).points()[0]
+    c = p["cluster"]["compute"]
+    mean, cv = c["base_s"] + 32 * c["per_sample_s"], c["cv"]
+    assert c["distribution"] == "lognormal" and cv == pytest.approx(0.0029)
+    s2 = math.log1p(cv * cv)
+    dist = stats.lognorm(s=math.sqrt(s2), scale=mean * math.exp(-s2 / 2))
+    e_max = integrate.quad(lambda x: 1 - dist.cdf(x) ** n, 0, mean * 2, points=[mean])[0]
+    sim = simulate(p)
+    per_iter = sim.summary["sim_time_s"] / (sim.summary["gradients"] / n)
+    assert per_iter == pytest.approx(e_max, rel=2e-4)
+    assert e_max / mean - 1 == pytest.approx(1.42 * cv, rel=0.05)    # ≈ E[max of 8 normals] · σ
