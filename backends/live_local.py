@@ -200,7 +200,9 @@ class LocalNode:
             from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
             param = torch.nn.Parameter(me.x.clone(), requires_grad=False)
-            average_parameters(iter([param]), dist.group.WORLD)
+            world = dist.group.WORLD
+            assert world is not None  # inside the run's process group
+            average_parameters(iter([param]), world)
             me.x = param.data.detach()
             self._sync_anchors()
         else:
