@@ -294,3 +294,17 @@ def test_min_bytes_fits_only_the_rows_of_the_messages_that_matter(tmp_path: Path
     fit = tomllib.loads(out.read_text())["fit"]
     assert fit["alpha_s"] == pytest.approx(20e-6, rel=1e-3) and fit["beta_Bps"] == pytest.approx(1e10, rel=1e-3)
     assert fit["timings"] == 2 * (len(SIZES) - 2)
+
+
+def test_a_sweep_over_profiles_gives_each_point_its_numbers(tmp_path: Path) -> None:
+    # two profiles in a sweep (relative paths, against the scenario's folder): each point the
+    # closed form of its own α and β, and two run ids
+    M = 25_557_032 * 4
+    for name, (a, b) in {"fast.toml": (5e-6, 2e10), "slow.toml": (50e-6, 1e9)}.items():
+        (tmp_path / name).write_text(f"[network]\nlatency_s = {a!r}\nbandwidth_Bps = {b!r}\noverhead_s = 0.0\n")
+    path = ar_scenario(tmp_path, "unused.toml", 4, 1)
+    path.write_text(path.read_text() + '[sweep]\n"cluster.network.profile" = ["fast.toml", "slow.toml"]\n')
+    points = load(path).points()
+    assert [per_iteration(p) for p in points] == pytest.approx(
+        [0.3 + 6 * 5e-6 + 1.5 * M / 2e10, 0.3 + 6 * 50e-6 + 1.5 * M / 1e9], rel=1e-12)
+    assert len({p["_id"] for p in points}) == 2
