@@ -1,21 +1,27 @@
 """Decentralized protocols run for real over ``torch.distributed``: allreduce, sgp, dpsgd.
 
-Every rank is a node with its own (x, w). The ops each node records use the simulator's
-encoding (``simulator/gossip.py``), so the replay backend reproduces the live weights:
+Every rank is a node with its own (x, w). A node is a loop of sends and receives around the
+simulator's rules (:mod:`ddlsim.simulator.protocols.gossip_rules`: who sends to whom at
+iteration k, with which weights, when a node may go on), and the ops it records use the
+simulator's encoding (:class:`~ddlsim.simulator.protocols.GossipRecorder`), so the replay
+backend reproduces the live weights and the trace's structure is the simulator's:
 
 * ``allreduce``: iteration k: every node's grad on its own state (i, k) with the
   ``global_slice`` minibatch; the gradients are summed with ``all_reduce`` and every node
-  takes the same optimizer step; the trace holds that as one apply on node 0 (all N
-  gradients, weight 1/N) and a copy mix (src 0, coef 1, self 0) on every other node.
-* ``sgp`` (synchronous, overlap 0): grad at x/w, apply, keep one share
-  (self_coef 1/(d+1)), send the post-apply state to this iteration's out-peers
-  (``isend``, non-blocking), receive the in-peers' (blocking ``irecv`` + wait), mix each
-  (coef 1/(d+1)). A message carries x and a float64 header [sender version, w].
+  takes the same optimizer step with the rules' weights (``allreduce_weights``: 1/N each);
+  the trace holds that as one apply on node 0 (all N gradients at those weights) and a copy
+  mix (src 0, coef 1, self 0) on every other node.
+* ``sgp`` (synchronous, overlap 0): grad at x/w, apply, send the post-apply state and the
+  node's share to the rules' out-peers (``isend``, non-blocking), keep one share (a mix of coef
+  0, self_coef = the share), receive the in-peers' (blocking ``irecv`` + wait: with τ = 0 a node
+  may go on only when every message of its iteration is in) and mix each (coef = the share
+  the message carries, self_coef 1). A message carries x and a float64 header [sender
+  version, w, share].
 * ``dpsgd``, the simulator's two schedules: ``overlap`` 0 (default, blocking): compute the
-  gradient, step, send the stepped state to this iteration's neighbours of the symmetric
-  graph (``isend``), receive theirs, mix with the Metropolis weights (the first mix also
-  scales the own state by ``W[i, i]``); ``overlap`` 1: send the current state while
-  computing the gradient at it, mix, then apply: ``x ← Σ_j W_ij x_j − α·g(x_i)``.
+  gradient, step, send the stepped state to this iteration's neighbours in the rules' send
+  order (``isend``), receive theirs, mix in the rules' order with their coefficients (the
+  first mix also scales the own state by ``W[i, i]``); ``overlap`` 1: send the current state
+  while computing the gradient at it, mix, then apply: ``x ← Σ_j W_ij x_j − α·g(x_i)``.
 
 Each node logs its ops with ``time.monotonic()`` (one clock per machine) and node 0
 merges the logs by time into one trace after the run.
@@ -33,10 +39,10 @@ import torch.distributed as dist
 from ..simulator import trace as trace_io
 from ..simulator.compute import learner_clocks, stragglers
 from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
-from ..simulator.mixing import share, symmetric_weights
 from ..simulator.protocols import (GLOBAL_SLICE, SHARD, GossipRecorder, clean_point, header_for, iterations,
                                    live_refusal)
-from ..simulator.topology import in_peers, out_peers, period, symmetric_topology
+from ..simulator.protocols.gossip_rules import (KEPT_COEF, RECEIVED_SELF_COEF, DPSGDRules, SGPRules,
+                                                allreduce_weights)
 from .base import BackendError
 from .optim import Optimizer
 from .flatmodel import FlatModel
@@ -113,6 +119,7 @@ def node(point: dict[str, Any], rank: int, out: str) -> None:
 
 def _allreduce(me: Node, K: int) -> None:
     n, mu = me.n, me.mu
+    weights = allreduce_weights(n)
     for k in range(K):
         start = global_slice_start(k, me.i, n, mu)
         g, t0, t1 = me.gradient(start)
@@ -120,15 +127,14 @@ def _allreduce(me: Node, K: int) -> None:
         total = g.clone()
         dist.all_reduce(total)
         samples = (k + 1) * n * mu
-        _, lr = me.opt.apply_rate(samples / me.spe, [1.0 / n] * n, [0] * n)  # the trace's apply
-        me.x = me.opt.step(0, me.x, total / n, lr)
+        _, lr = me.opt.apply_rate(samples / me.spe, weights, [0] * n)  # the trace's apply
+        me.x = me.opt.step(0, me.x, total / n, lr)  # the sum at equal weights 1/n
         me.version += 1
-        me.log.append((time.monotonic(), "round", k))
+        me.log.append((time.monotonic(), "round", k, weights))
 
 
 def _sgp(me: Node, K: int) -> None:
-    proto = me.point["protocol"]
-    topo, peers = proto["topology"], proto["peers"]
+    rules = SGPRules.of_point(me.point)
     n, mu, i = me.n, me.mu, me.i
     for k in range(K):
         start = shard_start(k, i, n, mu, me.spe)
@@ -139,26 +145,26 @@ def _sgp(me: Node, K: int) -> None:
         me.x = me.opt.step(i, me.x, g, me.opt.apply_rate(epoch, [1.0], [0])[1], me.w)
         me.log.append((time.monotonic(), "apply", me.version, epoch))
         me.version += 1
-        outs, ins = out_peers(topo, i, k, n, peers), in_peers(topo, i, k, n, peers)
-        c = share(len(outs))
+        c = rules.share(i, k)
         sent_version, sent_x, sent_w = me.version, me.x, me.w
         reqs = []
-        header = torch.tensor([sent_version, sent_w], dtype=torch.float64)
-        for j in outs:
+        header = torch.tensor([sent_version, sent_w, c], dtype=torch.float64)
+        for j in rules.sends(i, k):
             reqs.append(dist.isend(header, j, tag=2 * k))
             reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
+        # keep one share: x ← KEPT_COEF·x_i(sent) + c·x (= c·x)
         me.x, me.w = me.x * c, me.w * c
-        me.log.append((time.monotonic(), "mix", i, me.version, i, sent_version, 0.0, c))
+        me.log.append((time.monotonic(), "mix", i, me.version, i, sent_version, KEPT_COEF, c))
         me.version += 1
-        for j in ins:
-            h, xs = torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)
+        # τ = 0: the node goes on when every message of iteration k is in (sgp_may_advance)
+        for j in rules.senders(i, k):
+            h, xs = torch.zeros(3, dtype=torch.float64), torch.zeros_like(me.x)
             dist.irecv(h, j, tag=2 * k).wait()
             dist.irecv(xs, j, tag=2 * k + 1).wait()
-            src_version, ws = int(h[0]), float(h[1])
-            cj = share(len(out_peers(topo, j, k, n, peers)))
-            me.x = torch.add(me.x, xs, alpha=cj)
-            me.w = me.w + cj * ws
-            me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, 1.0))
+            src_version, ws, cj, sc = int(h[0]), float(h[1]), float(h[2]), RECEIVED_SELF_COEF
+            me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=cj)  # = the replay's mix
+            me.w = sc * me.w + cj * ws
+            me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, sc))
             me.version += 1
         for r in reqs:
             r.wait()
@@ -167,11 +173,8 @@ def _sgp(me: Node, K: int) -> None:
 def _dpsgd(me: Node, K: int) -> None:
     """D-PSGD with the simulator's two schedules (``protocol.overlap``): 0, step then exchange
     the stepped states (blocking); 1, exchange the current states while computing, mix, step."""
-    proto = me.point["protocol"]
-    topo, peers = proto["topology"], proto["peers"]
+    rules = DPSGDRules.of_point(me.point)
     n, mu, i = me.n, me.mu, me.i
-    blocking = proto["overlap"] == 0
-    phases = period(symmetric_topology(topo), n, peers)
 
     def step(g: torch.Tensor, k: int) -> None:
         epoch = (k + 1) * n * mu / me.spe
@@ -180,36 +183,34 @@ def _dpsgd(me: Node, K: int) -> None:
         me.version += 1
 
     for k in range(K):
-        self_w, pairs = symmetric_weights(topo, i, k % phases, n, peers)
+        plan = rules.mixes(i, k)
         start = shard_start(k, i, n, mu, me.spe)
-        if blocking:
+        if rules.blocking:
             v = me.version
             g, t0, t1 = me.gradient(start)
             me.log.append((t1, "grad", i, v, start, k, t0))
             step(g, k)
         v, sent_x = me.version, me.x  # me.x is replaced below, never written in place
         header = torch.tensor([v, me.w], dtype=torch.float64)
-        order = sorted((j for j, _ in pairs), key=lambda j: (j - i) % n)  # the simulator's send order
         reqs = []
-        for j in order:
+        for j in rules.sends(i, k):
             reqs.append(dist.isend(header, j, tag=2 * k))
             reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
         # receives posted before computing: gloo moves the states while the gradient runs
-        inbox = [(torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)) for _ in pairs]
+        inbox = [(torch.zeros(2, dtype=torch.float64), torch.zeros_like(me.x)) for _ in plan]
         recvs = [(dist.irecv(h, j, tag=2 * k), dist.irecv(xs, j, tag=2 * k + 1))
-                 for (j, _), (h, xs) in zip(pairs, inbox)]
-        if not blocking:
+                 for (j, _, _), (h, xs) in zip(plan, inbox)]
+        if not rules.blocking:
             g, t0, t1 = me.gradient(start)
             me.log.append((t1, "grad", i, v, start, k, t0))
-        for m, ((j, wij), (h, xs), (rh, rx)) in enumerate(zip(pairs, inbox, recvs)):
+        for (j, wij, sc), (h, xs), (rh, rx) in zip(plan, inbox, recvs):
             rh.wait()
             rx.wait()
-            sc = self_w if m == 0 else 1.0
             me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=wij)  # = the replay's mix
             me.w = sc * me.w + wij * float(h[1])
             me.log.append((time.monotonic(), "mix", i, me.version, j, int(h[0]), wij, sc))
             me.version += 1
-        if not blocking:
+        if not rules.blocking:
             step(g, k)
         for r in reqs:
             r.wait()
@@ -242,7 +243,8 @@ def _merge(point: dict[str, Any], logs: list[list[tuple]], epoch0: float) -> Gos
         for k in range(rec.K):
             grads = [logs[i][2 * k] for i in range(n)]
             t = max(logs[i][2 * k + 1][0] for i in range(n)) - epoch0
-            rec.allreduce_round(k, [g[6] - epoch0 for g in grads], [g[0] - epoch0 for g in grads], t)
+            rec.allreduce_round(k, [g[6] - epoch0 for g in grads], [g[0] - epoch0 for g in grads], t,
+                                logs[0][2 * k + 1][3])
     else:
         events = sorted(((e[0], i, s, e) for i, log in enumerate(logs) for s, e in enumerate(log)))
         last_grad: dict[int, int] = {}

@@ -12,7 +12,8 @@ averages on the answer and applies its gradient once it is computed (σ = mixes 
 between read and apply). A node's next iteration is the last thing its handler starts, so
 the kernel starts it at the top of its loop. Message kinds ride in the message's iteration
 field (request 0, reply 1). tests/test_fast_gossip.py holds it byte for byte to the SimPy
-engine on a property grid.
+engine on a property grid. The candidates, picks, coefficients and σ are
+:mod:`.protocols.gossip_rules`' (:class:`~.protocols.gossip_rules.ADPSGDRules`' tables).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from . import fast_nodes, seeds, topology
+from . import fast_nodes
 from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter, grad_row,
                          mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -107,11 +109,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         release(st, m, free)  # (the answer below takes this slot again)
         if m_i[m, 1] == REQUEST:  # ADPSGDRun._request: the passive node averages and answers
             u = version[dst]
-            mix_row(st, cols, dst, src, v, 0.5, 0.5, t_sent, now, version, spe)
+            mix_row(st, cols, dst, src, v, AVERAGE_COEF, AVERAGE_COEF, t_sent, now, version, spe)
             send(st, fst, fp, dst, src, REPLY, u, 0.0, now, n, g, links, m_i, m_f, free, ht, hk, hs)
             continue
         # ADPSGDRun._reply: the active node averages; it applies once its gradient is computed
-        mix_row(st, cols, dst, src, v, 0.5, 0.5, t_sent, now, version, spe)
+        mix_row(st, cols, dst, src, v, AVERAGE_COEF, AVERAGE_COEF, t_sent, now, version, spe)
         averaged[dst] = 1
         if computed[dst] == 1:
             fst[2] += now - t_ready[dst]
@@ -123,15 +125,20 @@ def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end
             version: np.ndarray, pend: np.ndarray, pend_t: np.ndarray) -> None:
     """ADPSGDRun._finish: apply (σ = the mixes by others since the read; an active node's own
     averaging is part of its step), then the next iteration."""
-    own = 1 if c_ptr[i + 1] > c_ptr[i] else 0
-    apply_row(st, fst, cols, i, gop[i], version[i] - read[i] - own, now, version, mu, spe, every, cad_end)
+    apply_row(st, fst, cols, i, gop[i], _staleness(version[i], read[i], c_ptr[i + 1] > c_ptr[i]), now, version, mu,
+              spe, every, cad_end)
     it[i] += 1
     if it[i] < K:
         queue_begin(i, now, pend, pend_t, st)
 
 
+# the rules, as the SimPy engine runs them (compiled below when numba is there)
+AVERAGE_COEF = gossip_rules.AVERAGE_COEF
+_staleness = gossip_rules.adpsgd_staleness
+
 if numba is not None:
     _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
+    _staleness = _jit(_staleness)
     _finish = _jit(_finish)
     _kernel = _jit(_kernel)
 
@@ -144,14 +151,10 @@ def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     reason = covers(point)
     if reason is not None:
         raise ValueError(f"the fast AD-PSGD engine does not cover this point: {reason}")
-    cl, proto = point["cluster"], point["protocol"]
+    cl = point["cluster"]
     n = cl["learners"]
     K = iterations(point)
-    rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.ADPSGD_PEERS]))
-    cands = [topology.adpsgd_candidates(proto["topology"], i, n, proto["peers"]) for i in range(n)]
-    picks = np.array([rng.integers(0, max(1, len(c)), size=K) for c in cands], np.int64).reshape(n, K)
-    c_ptr = np.array([0] + np.cumsum([len(c) for c in cands]).tolist(), np.int64)
-    c_idx = np.array([j for c in cands for j in c], np.int64)
+    c_ptr, c_idx, picks = gossip_rules.ADPSGDRules.of_point(point, K).tables()
     active = int((c_ptr[1:] > c_ptr[:-1]).sum())
 
     run = fast_nodes.Run(point, K, _initial_pool(n), 1 + 2 * n * K + 2 * active * K, 4, keep_trace)

@@ -35,6 +35,7 @@ from . import collectives
 from .compute import learner_clocks
 from .protocols import GLOBAL_SLICE, AVERAGE, EvalCadence, sim_id
 from .protocols.gossip import iterations, run_figures, trace_header
+from .protocols.gossip_rules import allreduce_weights
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 BLOCK_VALUES = 1 << 20  # a block of rounds holds at most this many (rounds × nodes × buckets) values
@@ -81,7 +82,7 @@ def simulate_allreduce_fast(point: dict[str, Any], keep_trace: bool = True
         compute_s = float(np.add.accumulate(np.concatenate(([compute_s], work.ravel())))[-1])
         if not stalled:  # bucket b ready at t + max_i(w_i·f_b); the last one at t + max_i w_i
             lead = np.empty((k1 - k0, B))
-            for b, f in enumerate(produced):
+            for b in range(len(produced)):
                 lead[:, b] = (work * shares[b]).max(axis=1)
             lead[:, B - 1] = work.max(axis=1)
             leads = lead.tolist()
@@ -171,7 +172,7 @@ def _trace(point: dict[str, Any], n: int, mu: int, spe: int, K: int, starts: np.
     ops["t_start"][a] = ops["t_end"][a] = after
     ops["epoch"][a] = epoch_after
     inputs["grad_op"][:] = g
-    inputs["weight"][:] = 1.0 / n
+    inputs["weight"][:] = np.tile(allreduce_weights(n), K)
     # mixes: rows first_k + n + 1 … first_k + 2n − 1, node i ← node 0's version k + 1
     if n > 1:
         m = (first[:, None] + n + np.arange(1, n)).ravel()

@@ -15,7 +15,8 @@ them in the order of the symmetric weights (first ``self_coef = W_ii``, then 1) 
 kernel starts it at the top of its loop (draws, and with ``overlap`` 1 room for its messages,
 checked first). Messages wait in the receiver's inbox (per iteration, a ring grown when a
 neighbour runs further ahead than it holds). tests/test_fast_gossip.py holds it byte for
-byte to the SimPy engine on a property grid.
+byte to the SimPy engine on a property grid. The neighbours, weights, mix order and send order
+are the tables of :class:`.protocols.gossip_rules.DPSGDRules`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from . import fast_nodes, mixing, topology
+from . import fast_nodes
 from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
                          grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -42,7 +44,7 @@ def covers(point: dict[str, Any]) -> str | None:
 def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
             spos: np.ndarray, slen: np.ndarray, walk: np.ndarray,
-            nb_ptr: np.ndarray, nb_idx: np.ndarray, nb_w: np.ndarray, self_w: np.ndarray, send_idx: np.ndarray,
+            nb_ptr: np.ndarray, nb_idx: np.ndarray, nb_w: np.ndarray, nb_self: np.ndarray, send_idx: np.ndarray,
             links: np.ndarray, it: np.ndarray, t_start: np.ndarray, t_ready: np.ndarray, computed: np.ndarray,
             gop: np.ndarray, version: np.ndarray, ev_k: np.ndarray, ev_v: np.ndarray, pend: np.ndarray,
             pend_t: np.ndarray, inb_c: np.ndarray, inb_v: np.ndarray, inb_t: np.ndarray,
@@ -50,10 +52,11 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             cols: tuple) -> int:
     """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
     ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: blocking (0/1),
-    phases. Node i's neighbours at phase ph: ``nb_idx[nb_ptr[ph, i]:nb_ptr[ph, i + 1]]`` in the
-    weights' order (weights ``nb_w``, own ``self_w[ph, i]``), ``send_idx`` the same slice in
-    send order. Inbox of node i, iteration k: ``inb_c[i, k % R]`` arrived, ``inb_v``/``inb_t``
-    [i, k % R, p] the version and send time of neighbour p's state.
+    phases. Node i's mixes at phase ph: ``nb_idx[nb_ptr[ph, i]:nb_ptr[ph, i + 1]]`` in the
+    rules' order (coefs ``nb_w``, self_coefs ``nb_self``), ``send_idx`` the same slice in send
+    order (:meth:`.protocols.gossip_rules.DPSGDRules.tables`). Inbox of node i, iteration k:
+    ``inb_c[i, k % R]`` arrived, ``inb_v``/``inb_t`` [i, k % R, p] the version and send time of
+    neighbour p's state.
     """
     n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
     blocking, phases, margin = gp[0], gp[1], gp[2]
@@ -116,7 +119,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                     send(st, fst, fp, i, send_idx[x], k, version[i], 0.0, now, n, g, links, m_i, m_f, free, ht, hk,
                          hs)
             _try_finish(i, now, K, phases, blocking, mu, spe, every, cad_end, st, fst, cols, nb_ptr, nb_idx, nb_w,
-                        self_w, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
+                        nb_self, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
             continue
         m = slot - n
         if m_i[m, 5] == ENTER:
@@ -138,12 +141,12 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
         release(st, m, free)
         if it[j] == k and computed[j] == 1:
             _try_finish(j, now, K, phases, blocking, mu, spe, every, cad_end, st, fst, cols, nb_ptr, nb_idx, nb_w,
-                        self_w, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
+                        nb_self, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
 
 
 def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int, spe: int, every: float, cad_end: int,
                 st: np.ndarray, fst: np.ndarray, cols: tuple, nb_ptr: np.ndarray, nb_idx: np.ndarray,
-                nb_w: np.ndarray, self_w: np.ndarray, it: np.ndarray, t_ready: np.ndarray, gop: np.ndarray,
+                nb_w: np.ndarray, nb_self: np.ndarray, it: np.ndarray, t_ready: np.ndarray, gop: np.ndarray,
                 version: np.ndarray, inb_c: np.ndarray, inb_v: np.ndarray, inb_t: np.ndarray, pend: np.ndarray,
                 pend_t: np.ndarray) -> None:
     """DPSGDRun._try_finish: when every neighbour's state of this iteration is in, mix them (in
@@ -157,8 +160,8 @@ def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int,
         return
     inb_c[i, r] = 0
     for x in range(lo, hi):
-        mix_row(st, cols, i, nb_idx[x], inb_v[i, r, x - lo], nb_w[x], self_w[ph, i] if x == lo else 1.0,
-                inb_t[i, r, x - lo], now, version, spe)
+        mix_row(st, cols, i, nb_idx[x], inb_v[i, r, x - lo], nb_w[x], nb_self[x], inb_t[i, r, x - lo], now,
+                version, spe)
     if blocking == 0:
         apply_row(st, fst, cols, i, gop[i], 0, now, version, mu, spe, every, cad_end)
     fst[2] += now - t_ready[i]
@@ -181,24 +184,13 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     reason = covers(point)
     if reason is not None:
         raise ValueError(f"the fast D-PSGD engine does not cover this point: {reason}")
-    cl, proto = point["cluster"], point["protocol"]
-    n, topo, peers = cl["learners"], proto["topology"], proto["peers"]
+    cl = point["cluster"]
+    n = cl["learners"]
     K = iterations(point)
-    phases = topology.period(topology.symmetric_topology(topo), n, peers)
-    nb_ptr = np.zeros((phases, n + 1), np.int64)
-    nb_idx: list[int] = []
-    nb_w: list[float] = []
-    send_idx: list[int] = []
-    self_w = np.zeros((phases, n))
-    for ph in range(phases):
-        for i in range(n):
-            w_ii, pairs = mixing.symmetric_weights(topo, i, ph, n, peers)
-            nb_ptr[ph, i] = len(nb_idx)
-            self_w[ph, i] = w_ii
-            nb_idx.extend(j for j, _ in pairs)
-            nb_w.extend(w for _, w in pairs)
-            send_idx.extend(sorted((j for j, _ in pairs), key=lambda j, i=i: (j - i) % n))
-        nb_ptr[ph, n] = len(nb_idx)
+    rules = gossip_rules.DPSGDRules.of_point(point)
+    nb = rules.tables()
+    nb_ptr = nb[0]
+    phases = nb_ptr.shape[0]
     degree = int((nb_ptr[:, 1:] - nb_ptr[:, :-1]).max()) if n > 0 else 0
     per_phase = nb_ptr[:, n] - nb_ptr[:, 0]
     sends = int(per_phase.sum()) * (K // phases) + int(per_phase[:K % phases].sum())
@@ -206,13 +198,12 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     ring, size = _initial_sizes(n, degree)
     margin = 4 + degree
     run = fast_nodes.Run(point, K, size, 1 + 2 * n * K + sends, margin, keep_trace)
-    gp = np.array([1 if proto["overlap"] == 0 else 0, phases, margin], np.int64)
+    gp = np.array([1 if rules.blocking else 0, phases, margin], np.int64)
     it, version, gop = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     computed, ev_k, ev_v = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
     t_start, t_ready = np.zeros(n), np.zeros(n)
     inb_c = np.zeros((n, ring), np.int64)
     inb_v, inb_t = np.zeros((n, ring, max(1, degree)), np.int64), np.zeros((n, ring, max(1, degree)))
-    nb = (nb_ptr, np.array(nb_idx, np.int64), np.array(nb_w), self_w, np.array(send_idx, np.int64))
     while True:
         ip, fp, st, fst, *draws = run.head()
         status = _kernel(ip, gp, fp, st, fst, *draws, *nb, run.links, it, t_start, t_ready, computed, gop, version,

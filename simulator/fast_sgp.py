@@ -18,8 +18,9 @@ Identity: the same draws, the same float operations in the same order (the FIFO
 reservations, ``now + delay`` event times), the same event order (a heap keyed by (time,
 schedule counter), as SimPy's; a node's next compute is always the last thing its handler
 schedules, so it is scheduled at the top of the loop, where the draws are checked first), the
-same eval cadence. tests/test_fast_gossip.py holds the two byte for byte on a property grid; a
-rule changes in :mod:`.gossip` first and here second.
+same eval cadence. tests/test_fast_gossip.py holds the two byte for byte on a property grid. The
+rules (the graph's tables, the shares, the τ boundary, the mark of arrived iterations) are
+:mod:`.protocols.gossip_rules`' tables and functions, compiled here as the SimPy engine runs them.
 
 Storage: events and messages live in arrays (a message pool with a free list); a node's
 held messages, its count of arrived messages per iteration (a ring) and the draw buffers are
@@ -35,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from . import fast_nodes, mixing, topology
+from . import fast_nodes
 from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
                          grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
 from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
 
@@ -118,18 +120,18 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             c = coefs[ph, i]
             for x in range(out_ptr[ph, i], out_ptr[ph, i + 1]):
                 send(st, fst, fp, i, out_idx[x], k, sent, c, now, n, g, links, m_i, m_f, free, ht, hk, hs)
-            mix_row(st, cols, i, i, sent, 0.0, c, now, now, version, spe)  # keep one share
+            mix_row(st, cols, i, i, sent, KEPT_COEF, c, now, now, version, spe)  # keep one share
             # the boundary of iteration k: mix what arrived of iterations ≤ k (in arrival order)
             keep = 0
             for y in range(held_n[i]):
                 hm = held[i, y]
-                if m_i[hm, 1] <= k:
+                if _mix_at_boundary(m_i[hm, 1], k):
                     _mix_msg(st, cols, i, hm, k, now, m_i, m_f, free, version, spe)
                 else:
                     held[i, keep] = hm
                     keep += 1
             held_n[i] = keep
-            if _advance(i, K, phases, indeg, arrived, complete) >= k - tau:
+            if _may_advance(_advance(i, K, phases, indeg, arrived, complete), k, tau):
                 _next(i, k, now, K, it, done, blocked_at, pend, pend_t, st)
             else:
                 blocked_at[i] = k
@@ -145,9 +147,9 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
         arrived[j, k_msg % R] += 1
         cc = _advance(j, K, phases, indeg, arrived, complete)
         kb = blocked_at[j]
-        if kb >= k_msg:
+        if _mix_on_arrival(k_msg, kb):
             _mix_msg(st, cols, j, m, kb, now, m_i, m_f, free, version, spe)
-            if done[j] == 0 and cc >= kb - tau:
+            if done[j] == 0 and _may_advance(cc, kb, tau):
                 blocked_at[j] = -1
                 fst[2] += now - block_start[j]
                 _next(j, kb, now, K, it, done, blocked_at, pend, pend_t, st)
@@ -157,12 +159,9 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
 
 
 def _advance(j: int, K: int, phases: int, indeg: np.ndarray, arrived: np.ndarray, complete: np.ndarray) -> int:
-    """SGPRun._advance: move node j's "every message of iterations ≤ c is in" mark."""
-    R = arrived.shape[1]
-    c = complete[j]
-    while c + 1 < K and arrived[j, (c + 1) % R] >= indeg[(c + 1) % phases, j]:
-        arrived[j, (c + 1) % R] = 0
-        c += 1
+    """SGPRun._advance: move node j's "every message of iterations ≤ c is in" mark
+    (:func:`.protocols.gossip_rules.sgp_advance`)."""
+    c = _sgp_advance(arrived, j, complete[j], K, indeg, phases)
     complete[j] = c
     return c
 
@@ -181,14 +180,22 @@ def _next(i: int, k: int, now: float, K: int, it: np.ndarray, done: np.ndarray, 
 def _mix_msg(st: np.ndarray, cols: tuple, i: int, m: int, k_now: int, now: float, m_i: np.ndarray,
              m_f: np.ndarray, free: np.ndarray, version: np.ndarray, spe: int) -> None:
     """SGPRun._mix_msg; message m's slot goes back to the pool."""
-    mix_row(st, cols, i, m_i[m, 2], m_i[m, 3], m_f[m, 0], 1.0, m_f[m, 1], now, version, spe)
+    mix_row(st, cols, i, m_i[m, 2], m_i[m, 3], m_f[m, 0], RECEIVED_SELF_COEF, m_f[m, 1], now, version, spe)
     st[8] += k_now - m_i[m, 1]
     st[9] += 1
     release(st, m, free)
 
 
+# the rules, as the SimPy engine runs them (compiled below when numba is there)
+_may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
+    gossip_rules.sgp_may_advance, gossip_rules.sgp_mix_at_boundary, gossip_rules.sgp_mix_on_arrival,
+    gossip_rules.sgp_advance)
+KEPT_COEF, RECEIVED_SELF_COEF = gossip_rules.KEPT_COEF, gossip_rules.RECEIVED_SELF_COEF
+
 if numba is not None:
     _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
+    _may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
+        _jit(_may_advance), _jit(_mix_at_boundary), _jit(_mix_on_arrival), _jit(_sgp_advance))
     _advance = _jit(_advance)
     _next = _jit(_next)
     _mix_msg = _jit(_mix_msg)
@@ -208,22 +215,11 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
     reason = covers(point)
     if reason is not None:
         raise ValueError(f"the fast SGP engine does not cover this point: {reason}")
-    cl, proto = point["cluster"], point["protocol"]
-    n = cl["learners"]
+    n = point["cluster"]["learners"]
     K = iterations(point)
-    tau = proto["overlap"]
-    phases = topology.period(proto["topology"], n, proto["peers"])
-    tables = [topology.peer_table(proto["topology"], ph, n, proto["peers"]) for ph in range(phases)]
-    out_ptr = np.zeros((phases, n + 1), np.int64)
-    flat: list[int] = []
-    for ph, (outs, _) in enumerate(tables):
-        for i in range(n):
-            out_ptr[ph, i] = len(flat)
-            flat.extend(outs[i])
-        out_ptr[ph, n] = len(flat)
-    out_idx = np.array(flat, np.int64)
-    indeg = np.array([[len(ins) for ins in t[1]] for t in tables], np.int64)
-    coefs = np.array([[mixing.share(len(o)) for o in t[0]] for t in tables])
+    rules = gossip_rules.SGPRules.of_point(point)
+    out_ptr, out_idx, indeg, coefs = rules.tables()
+    tau, phases = rules.tau, rules.phases
     per_phase = out_ptr[:, n] - out_ptr[:, 0]  # messages sent in an iteration of each phase
     sends = int(per_phase.sum()) * (K // phases) + int(per_phase[:K % phases].sum())
 

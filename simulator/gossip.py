@@ -52,6 +52,11 @@ Protocols and their trace encoding (docs/decentralized.md has the full write-up)
 Evals (node −1 = the average of the nodes' latest de-biased states, version −1): at
 t = 0, every ``samples_per_epoch / evals_per_epoch`` samples applied, and at the end.
 
+The rules above (graphs, weights, send order, SGP's boundary, AD-PSGD's picks) are
+:mod:`.protocols.gossip_rules`'; the engines here add time and the network, the live nodes
+(:mod:`ddlsim.backends.live_gossip`) add torch.distributed, and the fast engines read the
+rules' tables and compile its functions.
+
 Engine: no process or Resource per event; every state change is one :class:`.events.Wake`
 on the SimPy heap (a compute finishing, a message entering a NIC in, a message
 delivered; AllReduce has one event per round).
@@ -60,16 +65,18 @@ delivered; AllReduce has one event per round).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from . import collectives, mixing, seeds, topology
+from . import collectives
 from .compute import learner_clocks
 from .events import Wake
 from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder
+from .protocols import gossip_rules as rules
 from .protocols.gossip import run_figures, trace_header
 from .resources import FifoServer
 from .trace import Trace, TraceBuilder
@@ -296,13 +303,9 @@ class DPSGDRun(GossipRun):
     """
 
     def start(self) -> None:
-        n, topo, peers = self.n, self.topology, self.peers
-        self.phases = topology.period(topology.symmetric_topology(topo), n, peers)
-        self.weights = [[mixing.symmetric_weights(topo, i, ph, n, peers) for i in range(n)]
-                        for ph in range(self.phases)]
-        self.send_order = [[sorted((j for j, _ in self.weights[ph][i][1]), key=lambda j, i=i: (j - i) % n)
-                            for i in range(n)] for ph in range(self.phases)]
-        self.blocking = self.overlap == 0
+        n = self.n
+        self.rules = r = rules.DPSGDRules.of_point(self.point)
+        self.phases, self.weights, self.send_order, self.blocking = r.phases, r.weights, r.send_order, r.blocking
         self.iter = [0] * n
         self.t_start = [0.0] * n
         self.t_ready = [0.0] * n
@@ -341,16 +344,14 @@ class DPSGDRun(GossipRun):
 
     def _try_finish(self, i: int, now: float) -> None:
         k = self.iter[i]
-        self_w, pairs = self.weights[k % self.phases][i]
+        plan = self.rules.plan[k % self.phases][i]
         got = self.inbox[i].get(k, {})
-        if len(got) < len(pairs):
+        if len(got) < len(plan):
             return
         self.inbox[i].pop(k, None)
-        first = True
-        for j, wij in pairs:
+        for j, wij, self_coef in plan:
             v, t_sent = got[j]
-            self.rec.mix(i, j, v, wij, self_w if first else 1.0, t_sent, now)
-            first = False
+            self.rec.mix(i, j, v, wij, self_coef, t_sent, now)
         if not self.blocking:
             self.rec.apply(i, self.gop[i], 0, now)
         self.blocked_s += now - self.t_ready[i]
@@ -364,9 +365,9 @@ class ADPSGDRun(GossipRun):
 
     def start(self) -> None:
         n = self.n
-        rng = np.random.default_rng(np.random.SeedSequence([int(self.point["seed"]), seeds.ADPSGD_PEERS]))
-        self.cands = [topology.adpsgd_candidates(self.topology, i, n, self.peers) for i in range(n)]
-        self.picks = [rng.integers(0, max(1, len(c)), size=self.K).tolist() for c in self.cands]
+        self.rules = r = rules.ADPSGDRules.of_point(self.point, self.K)
+        self.cands = r.cands
+        self.picks = r.picks.tolist()
         self.iter = [0] * n
         self.t_start = [0.0] * n
         self.t_ready = [0.0] * n
@@ -394,13 +395,13 @@ class ADPSGDRun(GossipRun):
         j, i, v, t_sent = ev.payload
         now = self.env.now
         u = self.version[j]
-        self.rec.mix(j, i, v, 0.5, 0.5, t_sent, now)
+        self.rec.mix(j, i, v, rules.AVERAGE_COEF, rules.AVERAGE_COEF, t_sent, now)
         self.net.send(j, i, self._reply, (i, j, u, now))
 
     def _reply(self, ev: Wake) -> None:
         i, j, u, t_sent = ev.payload
         now = self.env.now
-        self.rec.mix(i, j, u, 0.5, 0.5, t_sent, now)
+        self.rec.mix(i, j, u, rules.AVERAGE_COEF, rules.AVERAGE_COEF, t_sent, now)
         self.averaged[i] = True
         if self.computed[i]:
             self.blocked_s += now - self.t_ready[i]
@@ -412,8 +413,8 @@ class ADPSGDRun(GossipRun):
             self._finish(i, now)
 
     def _finish(self, i: int, now: float) -> None:
-        own = 1 if self.cands[i] else 0  # an active node's own averaging is part of the step
-        self.rec.apply(i, self.gop[i], self.version[i] - self.read[i] - own, now)
+        self.rec.apply(i, self.gop[i], rules.adpsgd_staleness(self.version[i], self.read[i], bool(self.cands[i])),
+                       now)
         k = self.iter[i] = self.iter[i] + 1
         if k < self.K:
             self._begin(i, now)
@@ -424,16 +425,13 @@ class SGPRun(GossipRun):
 
     def start(self) -> None:
         n = self.n
-        self.tau = self.overlap
-        phases = topology.period(self.topology, n, self.peers)
-        tables = [topology.peer_table(self.topology, ph, n, self.peers) for ph in range(phases)]
-        self.phases = phases
-        self.outs = [t[0] for t in tables]
-        self.indeg = [[len(ins) for ins in t[1]] for t in tables]
+        self.rules = r = rules.SGPRules.of_point(self.point)
+        self.tau, self.phases, self.outs, self.indeg, self.coefs = r.tau, r.phases, r.outs, r.indeg, r.coefs
         self.iter = [0] * n
         self.t_start = [0.0] * n
         self.held: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(n)]
-        self.arrived: list[dict[int, int]] = [{} for _ in range(n)]
+        # arrivals per iteration (sgp_advance's ring, of K slots: never wrapped)
+        self.arrived: list[list[int]] = [[0] * self.K for _ in range(n)]
         self.complete = [-1] * n     # every message of iterations ≤ this has arrived
         self.blocked_at = [-1] * n   # boundary iteration the node waits at, or −1
         self.block_start = [0.0] * n
@@ -451,23 +449,24 @@ class SGPRun(GossipRun):
         gop = self.rec.grad(i, k, v, self.t_start[i], now)
         self.rec.apply(i, gop, 0, now)
         sent = v + 1
-        outs = self.outs[k % self.phases][i]
-        coef = mixing.share(len(outs))
+        ph = k % self.phases
+        coef = self.coefs[ph][i]
         send, arrive = self.net.send, self._arrive
-        for j in outs:
+        for j in self.outs[ph][i]:
             send(i, j, arrive, (j, k, i, sent, coef, now))
-        self.rec.mix(i, i, sent, 0.0, coef, now, now)  # keep one share
+        self.rec.mix(i, i, sent, rules.KEPT_COEF, coef, now, now)  # keep one share
         # the boundary of iteration k: mix what arrived, then go on or wait
         held = self.held[i]
         if held:
             keep = []
+            at_boundary = rules.sgp_mix_at_boundary
             for msg in held:
-                if msg[0] <= k:
+                if at_boundary(msg[0], k):
                     self._mix_msg(i, msg, k, now)
                 else:
                     keep.append(msg)
             self.held[i] = keep
-        if self._advance(i) >= k - self.tau:
+        if rules.sgp_may_advance(self._advance(i), k, self.tau):
             self._next(i, k, now)
         else:
             self.blocked_at[i] = k
@@ -475,17 +474,12 @@ class SGPRun(GossipRun):
 
     def _advance(self, j: int) -> int:
         """Move node ``j``'s "all messages of iterations ≤ c are in" mark as far as it goes."""
-        arrived, c = self.arrived[j], self.complete[j]
-        indeg, phases = self.indeg, self.phases
-        while c + 1 < self.K and arrived.get(c + 1, 0) >= indeg[(c + 1) % phases][j]:
-            arrived.pop(c + 1, None)
-            c += 1
-        self.complete[j] = c
+        c = self.complete[j] = rules.sgp_advance(self.arrived, j, self.complete[j], self.K, self.indeg, self.phases)
         return c
 
     def _mix_msg(self, i: int, msg: tuple[int, int, int, float, float], k_now: int, now: float) -> None:
         k_msg, src, src_version, coef, t_sent = msg
-        self.rec.mix(i, src, src_version, coef, 1.0, t_sent, now)
+        self.rec.mix(i, src, src_version, coef, rules.RECEIVED_SELF_COEF, t_sent, now)
         self.delay_sum += k_now - k_msg
         self.delay_count += 1
 
@@ -500,14 +494,13 @@ class SGPRun(GossipRun):
     def _arrive(self, ev: Wake) -> None:
         j, k_msg, src, src_version, coef, t_sent = ev.payload
         now = self.env.now
-        arrived = self.arrived[j]
-        arrived[k_msg] = arrived.get(k_msg, 0) + 1
+        self.arrived[j][k_msg] += 1
         c = self._advance(j)
         kb = self.blocked_at[j]
         msg = (k_msg, src, src_version, coef, t_sent)
-        if kb >= k_msg:  # waiting at a boundary (or finished): mix on arrival
+        if rules.sgp_mix_on_arrival(k_msg, kb):  # waiting at a boundary (or finished): mix on arrival
             self._mix_msg(j, msg, kb, now)
-            if not self.done[j] and c >= kb - self.tau:
+            if not self.done[j] and rules.sgp_may_advance(c, kb, self.tau):
                 self.blocked_at[j] = -1
                 self.blocked_s += now - self.block_start[j]
                 self._next(j, kb, now)

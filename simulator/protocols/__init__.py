@@ -3,6 +3,9 @@
 * :mod:`.catalog` — what each protocol is (family, update rule, live capabilities);
 * :mod:`.ps` — the parameter-server rules (:class:`~.ps.PSCore`);
 * :mod:`.gossip` — the decentralized family's trace encoding (:class:`~.gossip.GossipRecorder`);
+* :mod:`.gossip_rules` — the decentralized protocols' rules (SGP, D-PSGD, AD-PSGD, AllReduce-SGD:
+  who sends what to whom, with which weights, when a node may advance), shared with the fast
+  engines as tables and numba-compiled functions;
 * :mod:`.cadence` — when a run evaluates; :mod:`.header` — the trace header of a point.
 
 The SimPy engines supply time and ask the core what happens; the live backend's server and

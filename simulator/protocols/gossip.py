@@ -16,17 +16,20 @@ write-up of each protocol):
 
 :class:`GossipRecorder` is that encoding; the SimPy engines (:mod:`ddlsim.simulator.gossip`)
 and the live nodes' log merger (:mod:`ddlsim.backends.live_gossip`) both write through it.
-Who talks to whom is :mod:`..topology`, with what weights :mod:`..mixing`.
+What each protocol sends to whom, with which weights and when a node advances is
+:mod:`.gossip_rules` (on the graphs of :mod:`..topology` and the weights of :mod:`..mixing`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..dataorder import ShardLayout, global_slice_start
 from ..trace import EVAL, TraceBuilder
 from .cadence import EvalCadence
+from .gossip_rules import allreduce_weights
 from .header import header_for
 
 AVERAGE = -1  # eval node (and version) meaning "the average of the nodes' latest states"
@@ -114,9 +117,11 @@ class GossipRecorder:
                     self.samples / self.spe)
         self.version[i] += 1
 
-    def allreduce_round(self, k: int, starts: Sequence[float], ends: Sequence[float], t: float) -> None:
+    def allreduce_round(self, k: int, starts: Sequence[float], ends: Sequence[float], t: float,
+                        weights: Sequence[float] | None = None) -> None:
         """AllReduce-SGD's iteration ``k``: node ``i`` computed from ``starts[i]`` to ``ends[i]``
-        on version ``k``; the reduced mean was applied everywhere at ``t``."""
+        on version ``k``; the reduced average (``weights``, default
+        :func:`.gossip_rules.allreduce_weights`) was applied everywhere at ``t``."""
         n, mu, tb = self.n, self.mu, self.tb
         epoch = self.samples / self.spe
         gops = [tb.grad(i, i, k, global_slice_start(k, i, n, mu), mu, k, starts[i], ends[i], epoch)
@@ -125,7 +130,7 @@ class GossipRecorder:
         self.samples += n * mu
         self.applies += 1
         epoch = self.samples / self.spe
-        tb.apply(0, k, gops, [1.0 / n] * n, [0] * n, t, epoch)
+        tb.apply(0, k, gops, allreduce_weights(n) if weights is None else list(weights), [0] * n, t, epoch)
         for i in range(1, n):
             tb.mix(i, k, 0, k + 1, 1.0, 0.0, t, t, epoch)
         for i in range(n):

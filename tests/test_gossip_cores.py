@@ -1,0 +1,195 @@
+"""The decentralized protocols' rules (simulator/protocols/gossip_rules.py) against hand-computed
+cases, and the live nodes against the simulator: the same structure per node and iteration."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ddlsim.simulator.protocols import gossip_rules as R
+from ddlsim.simulator.run import simulate
+from ddlsim.simulator.trace import APPLY, EVAL, GRAD, MIX, Trace
+from tests.conftest import make_point
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+
+# -- the rules against hand-computed cases --------------------------------------------------
+
+def test_sgp_rules_on_the_4_node_one_peer_exponential_graph() -> None:
+    # Truth by hand: npdde, n = 4, p = 1: L = ⌊log2 3⌋ + 1 = 2 phases; node r sends to r + 1 at
+    # even iterations and to r + 2 at odd ones; every node has one out-peer: share ½.
+    r = R.SGPRules("npdde", 4, 1, tau=0)
+    assert r.phases == 2
+    assert [r.sends(i, 0) for i in range(4)] == [(1,), (2,), (3,), (0,)]
+    assert [r.sends(i, 3) for i in range(4)] == [(2,), (3,), (0,), (1,)]
+    assert [r.senders(i, 0) for i in range(4)] == [(3,), (0,), (1,), (2,)]
+    assert r.share(2, 5) == 0.5 and r.indeg == [[1] * 4, [1] * 4]
+    # two peers on 9 nodes: base 3, distances 1, 2 then 3, 6: share ⅓, each receives two
+    r2 = R.SGPRules("npdde", 9, 2, tau=1)
+    assert r2.sends(4, 0) == (5, 6) and r2.sends(4, 1) == (7, 1) and r2.senders(0, 1) == (3, 6)
+    assert r2.share(0, 0) == 1 / 3
+    out_ptr, out_idx, indeg, coefs = r2.tables()
+    assert out_idx[out_ptr[1, 4]:out_ptr[1, 5]].tolist() == [7, 1]
+    assert (indeg == 2).all() and np.allclose(coefs, 1 / 3, rtol=0, atol=0)
+
+
+def test_sgp_boundary_rules() -> None:
+    # τ = 0: iteration k + 1 needs every message of k; τ = 1: those of k − 1
+    assert not R.sgp_may_advance(complete=2, k=3, tau=0) and R.sgp_may_advance(3, 3, 0)
+    assert R.sgp_may_advance(2, 3, 1) and not R.sgp_may_advance(1, 3, 1)
+    # a held message is mixed at the boundary of its own iteration or a later one
+    assert R.sgp_mix_at_boundary(3, 3) and R.sgp_mix_at_boundary(2, 3) and not R.sgp_mix_at_boundary(4, 3)
+    # on arrival: only while waiting at a boundary ≥ its iteration (−1: computing)
+    assert not R.sgp_mix_on_arrival(0, -1) and R.sgp_mix_on_arrival(2, 2) and not R.sgp_mix_on_arrival(3, 2)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_sgp_mark_moves_over_complete_iterations_only(compiled: bool) -> None:
+    # Truth by hand: node 1 receives 2 messages at even iterations, 1 at odd ones; iterations 0
+    # (2 in), 1 (1 in), 2 (1 of 2) and 3 (1 in) on a ring of 4: the mark moves to 1 and clears
+    # the slots of 0 and 1; iteration 2 is incomplete, so 3 waits though complete.
+    if compiled and numba is None:  # pragma: no cover
+        pytest.skip("numba is not installed")
+    indeg: Any = [[0, 2], [0, 1]]
+    arrived: Any = [[0, 0, 0, 0], [2, 1, 1, 1]]
+    fn = R.sgp_advance
+    if compiled:  # the kernel's form: NumPy arrays, the function compiled by numba
+        fn = numba.njit(cache=True, nogil=True)(R.sgp_advance)  # as the fast engine compiles it
+        indeg, arrived = np.array(indeg, np.int64), np.array(arrived, np.int64)
+    assert fn(arrived, 1, -1, 6, indeg, 2) == 1 and [int(x) for x in arrived[1]] == [0, 0, 1, 1]
+    assert fn(arrived, 1, 1, 6, indeg, 2) == 1  # nothing more came: the mark stays
+    # the last iteration bounds the mark (K = 2: iterations 0 and 1 only)
+    assert R.sgp_advance([[0], [1, 1, 0, 0]], 1, -1, 2, [[0, 1], [0, 1]], 2) == 1
+
+
+def test_dpsgd_rules_on_the_ring() -> None:
+    # Truth by hand: ring of 4, both directions: every node has 2 neighbours, Metropolis
+    # weights 1/(1 + 2) = ⅓ and W_ii = ⅓; mixes in ascending order, the first scaling x_i by
+    # W_ii; sends in order of distance (j − i) mod 4.
+    r = R.DPSGDRules("ring", 4, 1, overlap=0)
+    third = 1.0 - 2 * (1 / 3)
+    assert r.blocking and r.phases == 1
+    assert r.mixes(0, 7) == [(1, 1 / 3, third), (3, 1 / 3, 1.0)]
+    assert r.mixes(2, 0) == [(1, 1 / 3, third), (3, 1 / 3, 1.0)]
+    assert r.sends(0, 0) == [1, 3] and r.sends(2, 0) == [3, 1] and r.sends(1, 0) == [2, 0]
+    nb_ptr, nb_idx, nb_w, nb_self, send_idx = r.tables()
+    lo, hi = nb_ptr[0, 2], nb_ptr[0, 3]
+    assert nb_idx[lo:hi].tolist() == [1, 3] and send_idx[lo:hi].tolist() == [3, 1]
+    assert nb_self[lo:hi].tolist() == [third, 1.0] and np.allclose(nb_w, 1 / 3, rtol=0, atol=0)
+    # bipartite pairs on 4 nodes: one partner each, ½ and ½; the pairs change with the phase
+    b = R.DPSGDRules("npdde", 4, 1, overlap=1)
+    assert not b.blocking and b.mixes(1, 0) == [(2, 0.5, 0.5)] and b.mixes(1, 1) == [(0, 0.5, 0.5)]
+
+
+def test_adpsgd_rules() -> None:
+    # Truth: the picks are NumPy's bounded integers from SeedSequence([seed, 11]) in node
+    # order, K per node (drawn again here); ring of 4: active nodes 1 and 3, both with
+    # passive candidates 0 and 2; passive nodes pick 0 of nothing.
+    K = 7
+    r = R.ADPSGDRules("ring", 4, 1, seed=3, K=K)
+    assert r.cands == [[], [0, 2], [], [0, 2]] and [r.active(i) for i in range(4)] == [False, True, False, True]
+    rng = np.random.default_rng(np.random.SeedSequence([3, 11]))
+    expect = [rng.integers(0, 1 if i % 2 == 0 else 2, size=K).tolist() for i in range(4)]
+    assert r.picks.tolist() == expect
+    assert [r.peer(1, k) for k in range(K)] == [[0, 2][p] for p in expect[1]]
+    c_ptr, c_idx, picks = r.tables()
+    assert c_ptr.tolist() == [0, 0, 2, 2, 4] and c_idx.tolist() == [0, 2, 0, 2] and picks is r.picks
+    # σ: the mixes between read and apply, less an active node's own averaging
+    assert R.adpsgd_staleness(9, 6, True) == 2 and R.adpsgd_staleness(9, 6, False) == 3
+    assert R.AVERAGE_COEF == 0.5
+
+
+def test_allreduce_weights() -> None:
+    assert R.allreduce_weights(4) == [0.25] * 4 and R.allreduce_weights(1) == [1.0]
+
+
+# -- live against simulated: the same structure ---------------------------------------------
+
+LIVE = """
+seed = 2
+[workload]
+epochs = {epochs}
+samples_per_epoch = 256
+param_count = 64
+[cluster]
+learners = 4
+minibatch = 8
+[cluster.compute]
+distribution = "lognormal"
+cv = 0.5
+base_s = 0.002
+per_sample_s = 0.0
+[cluster.network]
+latency_s = 0.001
+[protocol]
+name = "{protocol}"
+overlap = {overlap}
+[live]
+compute = "emulated"
+timeout_s = 60
+"""
+
+
+def structure(trace: Trace) -> dict[int, list[tuple]]:
+    """Per node, per iteration (an iteration starts with the node's grad): the grad's read
+    version and minibatch, the order of its op kinds, its applies (version, inputs as (node,
+    minibatch, weight, σ)) and its mixes as a multiset of (source, source version, coef,
+    self_coef). No times, no epochs, no eval (those depend on timing)."""
+    ops, inputs = trace.ops, trace.inputs
+    grads = {int(g): (int(ops["node"][g]), int(ops["batch_index"][g])) for g in np.flatnonzero(ops["kind"] == GRAD)}
+    out: dict[int, list[tuple]] = {}
+    cur: dict[int, list] = {}
+
+    def close(i: int) -> None:
+        if i in cur:
+            g, kinds, applies, mixes = cur.pop(i)
+            out.setdefault(i, []).append((g, "".join(kinds), tuple(applies), tuple(sorted(Counter(mixes).items()))))
+
+    for op in range(len(ops["kind"])):
+        kind, i = int(ops["kind"][op]), int(ops["node"][op])
+        if kind == EVAL:
+            continue
+        if kind == GRAD:
+            close(i)
+            cur[i] = [(int(ops["src_version"][op]), int(ops["sample_start"][op]), int(ops["batch_size"][op]),
+                       int(ops["batch_index"][op])), ["G"], [], []]
+        elif kind == APPLY:
+            lo, cnt = int(ops["in_start"][op]), int(ops["in_count"][op])
+            ins = tuple((grads[int(inputs["grad_op"][x])], float(inputs["weight"][x]), int(inputs["staleness"][x]))
+                        for x in range(lo, lo + cnt))
+            cur[i][1].append("A")
+            cur[i][2].append((int(ops["version"][op]), ins))
+        elif kind == MIX:
+            cur[i][1].append("M")
+            cur[i][3].append((int(ops["src_node"][op]), int(ops["src_version"][op]), float(ops["coef"][op]),
+                              float(ops["self_coef"][op])))
+    for i in list(cur):
+        close(i)
+    return out
+
+
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("protocol,overlap", [("sgp", 0), ("dpsgd", 0), ("dpsgd", 1), ("allreduce", 0)])
+def test_live_nodes_have_the_simulated_structure(protocol: str, overlap: int) -> None:
+    # Truth: the SimPy engine's trace of the same point (timing aside, each node's iteration is
+    # the same ops on the same versions with the same coefficients and weights).
+    from ddlsim.backends.live import run_measured
+
+    p = make_point(LIVE.format(protocol=protocol, overlap=overlap, epochs=0.5))
+    sim = simulate(p, "simpy").trace
+    live, _ = run_measured(p, 0.0)
+    s, m = structure(sim), structure(live)
+    assert sorted(m) == list(range(4)) and all(len(m[i]) == sim.header["iterations"] for i in m)
+    assert m == s
+    # the comparison sees a coefficient: one mix of the live trace changed by 1e-3 is caught
+    mixes = np.flatnonzero(live.ops["kind"] == MIX)
+    live.ops["coef"][mixes[len(mixes) // 2]] += 1e-3
+    assert structure(live) != s
