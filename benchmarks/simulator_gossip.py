@@ -14,7 +14,14 @@ and SGP with overlap τ = 1) and print the Markdown tables of docs/decentralized
 (about 18M trace ops), each in a child process with and without the trace kept, their wall
 time and peak resident memory (``resource.getrusage``).
 
-Run: ``python benchmarks/simulator_gossip.py [--quick] [--repeats R] [--table] [--big]``.
+``--against ROOT``: a refactor's speed check. ``ROOT`` holds another copy of the package (a
+folder ``ROOT/ddlsim``, e.g. ``git archive`` of the previous commit); each protocol (SGP, D-PSGD,
+AD-PSGD, AR-SGD; 32 nodes) on each engine runs in child processes alternately from ``ROOT`` and
+from the package this interpreter imports (``ROOT`` put first on ``PYTHONPATH``; both locations
+are printed first; the order alternating per pair, each child timing one ``simulate`` after a
+warm-up run): this checkout's speed relative to ``ROOT``'s per pair, median and range.
+
+Run: ``python benchmarks/simulator_gossip.py [--quick] [--repeats R] [--table] [--big] [--against ROOT]``.
 """
 
 from __future__ import annotations
@@ -116,13 +123,61 @@ def big() -> None:
                   f"{peak(protocol, 900.0, keep)}")
 
 
+CHILD = """
+import sys, time
+sys.path.insert(0, {bench!r})
+from simulator_gossip import scenario_point
+from ddlsim.simulator.run import simulate
+def point(epochs):
+    return scenario_point('sgp-resnet50-10gbe', 'protocol.name="{protocol}"', 'cluster.learners=32',
+                          'workload.epochs=' + str(epochs))
+simulate(point(0.05), {engine!r})  # warm-up: imports, numba's cache
+p = point({epochs})
+t0 = time.perf_counter()
+simulate(p, {engine!r})
+print(time.perf_counter() - t0)
+"""
+
+
+def against(root: str, epochs: float, repeats: int) -> None:
+    """Paired, interleaved child runs from ``root`` (old) and this checkout (new): new/old speed."""
+    import os
+    import subprocess
+    import sys
+
+    envs = {"old": {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.abspath(root)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))},
+        "new": dict(os.environ)}
+    for which, env in envs.items():
+        where = subprocess.run([sys.executable, "-c", "import ddlsim; print(ddlsim.__file__)"], env=env, cwd="/",
+                               capture_output=True, text=True, check=True).stdout.strip()
+        print(f"{which}: {where}")
+    for protocol in ("sgp", "dpsgd", "adpsgd", "allreduce"):
+        for engine in ("simpy", "fast"):
+            code = CHILD.format(bench=str(Path(__file__).resolve().parent), protocol=protocol, engine=engine,
+                                epochs=epochs)
+            walls: dict[str, list[float]] = {"old": [], "new": []}
+            for r in range(repeats):
+                for which in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                    out = subprocess.run([sys.executable, "-c", code], env=envs[which], cwd="/", capture_output=True,
+                                         text=True, check=True).stdout
+                    walls[which].append(float(out.split()[-1]))
+            speed = sorted(o / n for o, n in zip(walls["old"], walls["new"]))
+            print(f"{protocol} {engine} N=32, {epochs} epochs, {repeats} interleaved pairs: new / old speed "
+                  f"{statistics.median(speed):.3f} (range {speed[0]:.3f}–{speed[-1]:.3f})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tenth of the work, no 90-epoch run")
     ap.add_argument("--table", action="store_true", help="print the 32-node table of docs/decentralized.md")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--big", action="store_true", help="only the 900-epoch memory check (≈ 1 min)")
+    ap.add_argument("--against", metavar="ROOT", help="paired speed of this checkout against the package in ROOT")
     args = ap.parse_args()
+    if args.against:
+        against(args.against, 1.0 if args.quick else 9.0, args.repeats)
+        return
     if args.table:
         table()
         return
