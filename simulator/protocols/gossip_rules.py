@@ -12,6 +12,11 @@ Each rule is written once, here, and used by
   numba. Those functions are written in the subset numba compiles; called from Python they are
   plain functions, so the SimPy engine runs the very definition the kernel compiles.
 
+Tables are read at run time; the compiled functions are copied into the kernels that call them,
+and numba's on-disk cache of a kernel is invalidated by its own module's source only: after an
+edit of a function here, delete ``simulator/__pycache__/fast_sgp.*.nb*`` and ``fast_adpsgd.*.nb*``
+before trusting a cached fast engine (tests/test_fast_gossip.py compares the two engines).
+
 The rules (docs/decentralized.md has the full write-up):
 
 * **SGP** (PushSum, Assran et al. 2019, Alg. 1 with overlap τ): at iteration ``k`` node ``i``
