@@ -309,3 +309,15 @@ def test_stacked_replay_of_local_sgd_equals_the_generic_replay() -> None:
         rep.run()
         finals.append(node0(rep))
     assert torch.allclose(finals[0], finals[1], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("model, dataset", [("mlp", "digits"), ("logistic", "digits"), ("mnist1d_mlp", "mnist1d"),
+                                            ("mnist1d_cnn", "mnist1d"), ("lenet", "digits"),
+                                            ("rudra_cifar", "digits")])
+def test_the_catalogue_s_tensor_shapes_are_the_torch_models(model: str, dataset: str) -> None:
+    # truth: the backends' own torch modules, built for the data set
+    from ddlsim.simulator.catalog import dataset_info, param_shapes
+
+    p = make_point(workload__model=model, workload__dataset=dataset)
+    torch_shapes = [tuple(t.shape) for t in build_model(p).parameters()]
+    assert param_shapes(model, dataset_info(dataset)) == torch_shapes
