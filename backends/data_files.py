@@ -236,9 +236,9 @@ def _md5_warning(name: str, folder: Path, differ: list[str]) -> list[str]:
 # CIFAR-10, python version: pickled dicts. Only the few numpy reconstructors such a batch
 # needs are allowed; anything else a pickle names (os.system, …) is refused unread.
 _SIMPLE_DTYPES = frozenset("u1 i1 u2 i2 u4 i4 u8 i8 b1 f4 f8".split())
-_NP_RECONSTRUCT = np.zeros(1).__reduce__()[0]
-_NP_SCALAR = np.int64(0).__reduce__()[0]
-_NP_FROMBUFFER = np.zeros(1).__reduce_ex__(5)[0]
+_NP_RECONSTRUCT: Any = np.zeros(1).__reduce__()[0]  # the stubs type a reduce value as str | tuple
+_NP_SCALAR: Any = np.int64(0).__reduce__()[0]
+_NP_FROMBUFFER: Any = np.zeros(1).__reduce_ex__(5)[0]
 
 
 class _NDArrayMark:
@@ -308,7 +308,7 @@ class _BatchUnpickler(pickle._Unpickler):  # the Python implementation: its BUIL
         raise _Refused("a persistent id")
 
     def _load_build(self) -> None:
-        state, inst = self.stack[-1], self.stack[-2]
+        state, inst = self.stack[-1], self.stack[-2]  # type: ignore[attr-defined]  # the Python unpickler's stack
         if isinstance(inst, np.dtype):
             ok = isinstance(state, tuple) and len(state) == 8 and state[1] in "<>|=" and state[2:5] == (None,) * 3
         elif isinstance(inst, np.ndarray):
@@ -318,9 +318,9 @@ class _BatchUnpickler(pickle._Unpickler):  # the Python implementation: its BUIL
             ok = False
         if not ok:
             raise pickle.UnpicklingError(f"an unusual state for a {type(inst).__name__}")
-        pickle._Unpickler.load_build(self)
+        pickle._Unpickler.load_build(self)  # type: ignore[attr-defined]  # not in the stubs
 
-    dispatch[pickle.BUILD[0]] = _load_build
+    dispatch[pickle.BUILD[0]] = _load_build  # type: ignore[assignment]  # a method of this subclass
 
 
 def _unpickle_batch(name: str, path: Path, data: bytes) -> Any:
@@ -344,11 +344,12 @@ def _cifar_batch(name: str, path: Path, data: bytes) -> tuple[np.ndarray, np.nda
     if not isinstance(obj, dict):
         raise BackendError(f"data set {name!r}: {path}: holds a {type(obj).__name__}, not a CIFAR-10 batch (a dict "
                            "of 'data' and 'labels')")
-    get = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}.get
+    entries = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
+    get = entries.get
     x, y = get("data"), get("labels")
     if not isinstance(x, np.ndarray) or y is None:
         raise BackendError(f"data set {name!r}: {path}: no 'data' array and 'labels' list (keys: "
-                           f"{', '.join(sorted(map(str, get.__self__)))[:120]})")
+                           f"{', '.join(sorted(map(str, entries)))[:120]})")
     if x.dtype != np.uint8 or x.ndim not in (2, 4) or x.shape[1:] not in ((3072,), (3, 32, 32)):
         raise BackendError(f"data set {name!r}: {path}: 'data' is {x.dtype} of shape {x.shape}; CIFAR-10's is uint8 "
                            "(N, 3072): 3 × 32 × 32 pixels, channel first")

@@ -307,5 +307,6 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", help="directory with CIFAR10/MNIST/FashionMNIST files")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
     p.add_argument("--force", action="store_true",
-                   help="write into a folder that holds other results or files ddlsim did not write, or replay a trace with a --scenario point it did not run")
+                   help="write into a folder that holds other results or files ddlsim did not write, "
+                        "or replay a trace with a --scenario point it did not run")
     p.set_defaults(func=cmd_replay)

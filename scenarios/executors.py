@@ -25,7 +25,7 @@ class DaskExecutor(Executor):
         self.client, self.cluster = client, cluster
         self._inner = client.get_executor(pure=False)
 
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+    def submit(self, fn, /, *args, **kwargs):
         return self._inner.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

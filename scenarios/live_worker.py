@@ -57,8 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"ddlsim: error: --out {escape(args.out)}: {e.strerror or e}", file=sys.stderr)
         return 2
-    sigma = simulate(point).trace.inputs["staleness"] if rank == 0 else []
-    play(point, rank, float(sigma.mean()) if len(sigma) else 0.0, args.out)
+    sigma = 0.0
+    if rank == 0:
+        trace = simulate(point).trace
+        assert trace is not None  # simulate keeps the trace unless told not to
+        staleness = trace.inputs["staleness"]
+        sigma = float(staleness.mean()) if len(staleness) else 0.0
+    play(point, rank, sigma, args.out)
     print(f"{role(point, rank)} done", file=sys.stderr)
     if rank == 0:
         print(next_steps(os.path.join(args.out, "trace.ddlt")))

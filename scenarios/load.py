@@ -201,6 +201,7 @@ def load_text(text: str, path: str = "<scenario>", overrides: list[str] | None =
         f = FIELD_BY_KEY.get(key)
         if f is None:
             _validated("--set", key, value)  # says what is wrong with the key
+        assert f is not None  # an unknown key was refused just above
         explicit.add(key)
         if isinstance(value, list) and f.kind != "list":
             if not value:
@@ -234,6 +235,7 @@ def _check_seeds(path: str, base: dict[str, Any], axes: dict[str, list[Any]]) ->
     reps = base["replicates"]
     seeds = axes.get("seed", [base["seed"]])
     top = FIELD_BY_KEY["seed"].maximum
+    assert top is not None  # the schema bounds the seed
     if max(seeds) + reps - 1 > top:
         raise ScenarioError(f"{path}: key 'replicates' = {reps}: seed {max(seeds):,} + {reps - 1} is beyond the "
                             f"largest seed ({int(top):,})")

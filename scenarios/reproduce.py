@@ -286,8 +286,9 @@ def grid_part(plan: Plan, results: Path, figures: Path, jobs: int | None, progre
     by_cell: dict[tuple[int, int], list[dict]] = {}
     for run in runs:
         by_cell.setdefault((run["lam"], run["mu"]), []).append(run)
-    cells = [{"lam": lam, "mu": mu, "err": _mean([r["err"] for r in rs]), "errs": [r["err"] for r in rs],
-              "time": _mean([r["time"] for r in rs])} for (lam, mu), rs in by_cell.items()]
+    cells: list[dict[str, Any]] = [
+        {"lam": lam, "mu": mu, "err": _mean([r["err"] for r in rs]), "errs": [r["err"] for r in rs],
+         "time": _mean([r["time"] for r in rs])} for (lam, mu), rs in by_cell.items()]
     by_product: dict[int, list[float]] = {}
     for c in cells:
         if _num(c["err"]):
@@ -336,7 +337,8 @@ def grid_section(c: dict) -> list[str]:
              "minibatch, when adding learners.", "",
              f"**ddlsim.** Digits MLP, 1-softsync (σ ≤ 2, constant α0 = 0.1), λ ∈ "
              f"{{{', '.join(map(str, plan.grid_learners))}}} × μ ∈ {{{', '.join(map(str, plan.grid_minibatches))}}}, "
-             f"{c['epochs']:g} epochs each, {plan.replicates} seeds, replayed; the figure shows the final test error, the second the "
+             f"{c['epochs']:g} epochs each, {plan.replicates} seeds, replayed; the figure shows the final test error, "
+             "the second the "
              "simulated run time of the same cells.", "",
              "![Final test error by λ and μ](figures/grid_final_error.png)", "",
              "![Simulated run time by λ and μ](figures/grid_sim_time.png)", "",

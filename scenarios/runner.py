@@ -29,7 +29,8 @@ import traceback
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..analysis.metrics import configurations
 from ..analysis.table import csv_safe
@@ -265,6 +266,7 @@ def _run_backend(task: Task, trace: Any, rows: list[dict[str, Any]], curves: lis
     """The backend for each point, once per distinct replay (rows and curves shared)."""
     from ..backends.registry import get_backend
 
+    assert task.backend is not None  # a task without a backend only simulates
     backend = get_backend(task.backend)
     for served in _replays(task, trace).values():
         t0 = time.perf_counter()
@@ -281,8 +283,10 @@ def _run_backend_many(runs: list[_Run]) -> None:
     """The replays of every run of ``runs`` in one :meth:`run_many` call; each point's wall
     time gets an equal share of the call's."""
     from ..backends.registry import get_backend
+    from ..backends.replay import ReplayBackend
 
     backend = get_backend("replay")
+    assert isinstance(backend, ReplayBackend)  # the built-in, which runs many replays in one call
     jobs, served, sinks = [], [], []
     for r in runs:
         for ids in _replays(r.task, r.trace).values():

@@ -103,8 +103,10 @@ def validate_point(point: dict[str, Any], profile: str | None, device: str = "cp
     from ..backends.live import LiveBackend
 
     first = simulate(point)
+    assert first.trace is not None  # simulate keeps the trace unless told not to
     live = LiveBackend().run(first.trace, point, RunOptions(device=device))
     sim = simulate(apply_profile(point, profile))
+    assert live.trace is not None and sim.trace is not None  # the live backend returns its measured trace
     epochs = point["workload"]["epochs"]
     m_t, s_t = live.summary["measured_time_s"], sim.summary["sim_time_s"]
     return {
@@ -187,10 +189,10 @@ def _stored_rows(path: Path) -> dict[str, dict[str, Any]]:
         text = read_bounded(path, 16 << 20, "validation table").decode("utf-8-sig")
     except (OSError, UnicodeDecodeError):
         return {}
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for r in csv.DictReader(io.StringIO(text)):
         try:
-            row = {k: (r[k] if k in ("run_id", "protocol") else float(r[k])) for k in COLUMNS}
+            row: dict[str, Any] = {k: (r[k] if k in ("run_id", "protocol") else float(r[k])) for k in COLUMNS}
         except (KeyError, TypeError, ValueError):
             continue
         row["learners"] = int(row["learners"])

@@ -26,7 +26,8 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -181,7 +182,8 @@ class TraceBuilder:
         """Record that (node, version) becomes version + 1 from ``grad_ops``."""
         if not len(grad_ops) == len(weights) == len(staleness):
             raise ValueError("apply: grad_ops, weights and staleness differ in length")
-        row, rows = self._pa(node, version, len(grad_ops), t, epoch), b"".join(map(self._pin, grad_ops, staleness, weights))
+        row = self._pa(node, version, len(grad_ops), t, epoch)
+        rows = b"".join(map(self._pin, grad_ops, staleness, weights))
         kinds = self.kinds
         kinds.append(APPLY)
         self._a += row
@@ -259,7 +261,7 @@ class TraceBuilder:
             if not len(table):
                 continue
             rows = np.flatnonzero(code == k)
-            for name in table.dtype.names:
+            for name in table.dtype.names or ():
                 if name in ops:
                     ops[name][rows] = np.ascontiguousarray(table[name])
         for row, fragment in self.fragments:
@@ -275,7 +277,8 @@ class TraceBuilder:
         starts = np.cumsum(counts) - counts
         ops["in_start"][applies] = starts
         n_in = int(counts.sum())
-        inputs = {"grad_op": np.zeros(n_in, np.int64), "weight": np.ones(n_in), "staleness": np.zeros(n_in, np.int32)}
+        inputs: dict[str, np.ndarray] = {"grad_op": np.zeros(n_in, np.int64), "weight": np.ones(n_in),
+                                         "staleness": np.zeros(n_in, np.int32)}
         single = one[applies]
         at1 = starts[single]
         inputs["grad_op"][at1] = tables[APPLY_ONE]["grad_op"]
