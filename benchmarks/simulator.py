@@ -6,7 +6,11 @@ One run measures, in the same process and interleaved (the order rotates every r
   learner, ``env.timeout`` per phase, FIFO links and server as reservations, recording the
   same trace fields): the reference every ratio is against;
 * ddlsim's **SimPy engine** (``engine="simpy"``, the reference model);
-* ddlsim's **fast engine** (``engine="fast"``, byte-identical traces).
+* ddlsim's **fast engine** (``engine="fast"``, byte-identical traces);
+* a **minimal numba kernel** of the same model (:func:`minimal`: compute → the server's shared
+  link in → its apply queue → the weights back over its link out, one heap of (time, counter)
+  events, the draws made up front, no trace, no stalls, no buckets): what a compiled event
+  loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate.
 
 Workload: async, λ = 32, μ = 4, network (50 µs, 1.25 GB/s) and server (exponential apply,
 50 µs) modelled. Printed: gradients per second of each (median of the repeats) and the
@@ -132,6 +136,106 @@ def skeleton(p: dict) -> int:
     return state["version"]
 
 
+def _minimal_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray, tx: float, lat: float) -> int:
+    """Async PS: every learner pulls at t = 0 (the link out, FIFO), computes, pushes (the link
+    in, then the apply queue, FIFO), and pulls again once the server applied it; until
+    ``total`` gradients. Events in a binary heap on (time, counter). Returns the updates."""
+    ht = np.zeros(lam)
+    hk = np.zeros(lam, np.int64)
+    hs = np.zeros(lam, np.int64)
+    phase = np.zeros(lam, np.int64)  # 0: computing, 1: being applied
+    out_free = in_free = srv_free = 0.0
+    n = 0
+    counter = 0
+    issued = 0
+    version = 0
+    napp = 0
+    for i in range(lam):  # pulls at t = 0
+        start = out_free if out_free > 0.0 else 0.0
+        out_free = start + tx
+        t = out_free + lat + draws[issued]
+        issued += 1
+        pos = n
+        n += 1
+        while pos > 0:
+            par = (pos - 1) >> 1
+            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            pos = par
+        ht[pos], hk[pos], hs[pos] = t, counter, i
+        counter += 1
+    while n > 0:
+        now, i = ht[0], hs[0]
+        n -= 1  # pop
+        t, key, slot = ht[n], hk[n], hs[n]
+        pos = 0
+        while True:
+            child = 2 * pos + 1
+            if child >= n:
+                break
+            right = child + 1
+            if right < n and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
+                child = right
+            if t < ht[child] or (t == ht[child] and key < hk[child]):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[child], hk[child], hs[child]
+            pos = child
+        if n > 0:
+            ht[pos], hk[pos], hs[pos] = t, key, slot
+        if phase[i] == 0:  # computed: push through the link in to the apply queue
+            start = in_free if in_free > now else now
+            in_free = start + tx
+            arrive = in_free + lat
+            start = srv_free if srv_free > arrive else arrive
+            srv_free = start + applies[napp]
+            napp += 1
+            t = srv_free
+            phase[i] = 1
+        else:  # applied: a new version; pull again while gradients are left
+            version += 1
+            if issued >= total:
+                continue
+            start = out_free if out_free > now else now
+            out_free = start + tx
+            t = out_free + lat + draws[issued]
+            issued += 1
+            phase[i] = 0
+        pos = n
+        n += 1
+        while pos > 0:
+            par = (pos - 1) >> 1
+            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            pos = par
+        ht[pos], hk[pos], hs[pos] = t, counter, i
+        counter += 1
+    return version
+
+
+try:
+    import numba
+    _minimal_kernel = numba.njit(cache=True, nogil=True)(_minimal_kernel)
+except ImportError:  # pragma: no cover
+    numba = None
+
+
+def minimal(p: dict) -> int:
+    """:func:`_minimal_kernel` on ``p``'s async model, its draws made here (as the skeleton's):
+    the updates simulated."""
+    lam, mu = p["cluster"]["learners"], p["cluster"]["minibatch"]
+    total = int(np.ceil(p["workload"]["epochs"] * p["workload"]["samples_per_epoch"] / mu))
+    comp, net, srv = p["cluster"]["compute"], p["cluster"]["network"], p["cluster"]["server"]
+    mean = comp["base_s"] + comp["per_sample_s"] * mu
+    s2 = np.log1p(comp["cv"] ** 2)
+    rng = np.random.default_rng(0)
+    draws = rng.lognormal(np.log(mean) - s2 / 2, np.sqrt(s2), total + lam)
+    applies = rng.exponential(srv["apply_s"], total + lam)
+    tx = p["workload"]["param_count"] * net["bytes_per_param"] / net["bandwidth_Bps"]
+    return int(_minimal_kernel(lam, total, draws, applies, tx, net["latency_s"] + net["overhead_s"]))
+
+
 def rate(fn, p: dict) -> float:
     t0 = time.perf_counter()
     grads = fn(p)
@@ -169,16 +273,18 @@ def main() -> None:
     p = point("async", 32, 20 * scale)
     t0 = time.perf_counter()
     simulate(point("async", 4, 0.01), "fast")  # compile (or load the cached compilation)
+    minimal(point("async", 4, 0.01))
     print(f"fast engine start-up (numba compile or cache load): {time.perf_counter() - t0:.2f} s")
     runners = {
         "skeleton": skeleton,
         "simpy": lambda q: int(simulate(q, "simpy").summary["gradients"]),
         "fast": lambda q: int(simulate(q, "fast").summary["gradients"]),
+        "minimal": minimal,
     }
     rates: dict[str, list[float]] = {k: [] for k in runners}
     names = list(runners)
     for r in range(args.repeats):
-        for name in names[r % 3:] + names[:r % 3]:  # rotate the order: no engine always first
+        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the order: no engine always first
             rates[name].append(rate(runners[name], p))
     grads = int(simulate(p, "fast").summary["gradients"])
     print(f"async λ=32, μ=4, network + server, {grads:,} gradients; {args.repeats} interleaved repeats "
@@ -190,6 +296,9 @@ def main() -> None:
         goal = "≥ 1.0×" if name == "simpy" else "≥ 10×"
         print(f"  {name} / skeleton: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–{max(ratio):.2f}; "
               f"goal {goal})")
+    ratio = [a / b for a, b in zip(rates["fast"], rates["minimal"])]
+    print(f"  fast / minimal numba kernel: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–"
+          f"{max(ratio):.2f}; goal ≥ 0.8×)")
     for proto in ("softsync", "hardsync", "async"):
         q = point(proto, 30, 140 * scale)
         t0 = time.perf_counter()

@@ -50,7 +50,7 @@ class Fabric:
         return self.workers // self.gpus_per_node
 
     @classmethod
-    def of_cluster(cls, cluster: dict) -> "Fabric":
+    def of_cluster(cls, cluster: dict) -> Fabric:
         """The fabric of a scenario's ``cluster`` table (one worker per learner)."""
         net = cluster["network"]
         return cls(cluster["learners"], cluster["gpus_per_node"], net["latency_s"], net["bandwidth_Bps"],

@@ -35,7 +35,7 @@ class GlobalSliceLayout:
 
     def start(self, k: int, learner: int) -> int:
         """Stream position of learner ``learner``'s ``k``-th minibatch."""
-        return (k * self.learners + learner) * self.minibatch
+        return slice_position(k, learner, self.learners, self.minibatch)
 
 
 class ShardLayout:
@@ -51,8 +51,21 @@ class ShardLayout:
 
     def start(self, k: int, learner: int) -> int:
         """Stream position of learner ``learner``'s ``k``-th minibatch."""
-        epoch, j = divmod(k, self.per_epoch)
-        return epoch * self.n + learner * self.shard + j * self.minibatch
+        return shard_position(k, learner, self.minibatch, self.n, self.shard, self.per_epoch)
+
+
+def slice_position(k: int, learner: int, learners: int, minibatch: int) -> int:
+    """``global_slice``'s rule: the stream position of ``learner``'s ``k``-th minibatch (the
+    fast engines compile this function: :func:`.fast_core.slice_start`)."""
+    return (k * learners + learner) * minibatch
+
+
+def shard_position(k: int, learner: int, minibatch: int, n: int, shard: int, per_epoch: int) -> int:
+    """``shard``'s rule: the stream position of ``learner``'s ``k``-th minibatch, with shards of
+    ``shard`` samples holding ``per_epoch`` minibatches each, epochs of ``n`` samples (the
+    fast engines compile this function: :func:`.fast_core.shard_start`)."""
+    epoch = k // per_epoch
+    return epoch * n + learner * shard + (k - epoch * per_epoch) * minibatch
 
 
 def global_slice_start(k: int, learner: int, learners: int, minibatch: int) -> int:

@@ -11,8 +11,10 @@ fast kernels call these by their public names:
 * :func:`heap_push` / :func:`heap_pop`: a min-heap on (time, schedule counter), SimPy's order;
 * :func:`advance_stall`, :func:`walk_stalls`, :func:`finish_work`: :class:`.compute.LearnerClock`'s stall walk,
   resumable when the stall draws run out;
-* :func:`cadence_due`: :meth:`.protocols.cadence.EvalCadence.due`; :func:`shard_start`:
-  :meth:`.dataorder.ShardLayout.start`; :func:`transfer_time`: :func:`.collectives.transfer_time`.
+* :func:`cadence_due` (:func:`next_mark`), :func:`shard_start`, :func:`slice_start`: the
+  eval cadence's and the data layouts' own functions (:func:`.protocols.cadence.next_mark`,
+  :func:`.dataorder.shard_position`, :func:`.dataorder.slice_position`), compiled;
+  :func:`transfer_time`: :func:`.collectives.transfer_time`'s twin.
 
 ``kernel`` compiles a function with ``numba.njit(cache=True, nogil=True)``; with the
 environment variable ``DDLSIM_NO_NUMBA=1`` (read at import), or ``kernel(python=True)``, it
@@ -29,10 +31,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
+from . import dataorder
+from .protocols import cadence
 from .stats import histogram, merge_histograms
 from .trace import blank_columns, eval_schedule
 
@@ -204,23 +209,20 @@ def sort_prefix(a: np.ndarray, n: int) -> None:
         a[y + 1] = v
 
 
+next_mark = kernel(cadence.next_mark)
+shard_start = kernel(dataorder.shard_position)
+slice_start = kernel(dataorder.slice_position)
+
+
 @kernel
 def cadence_due(mark: np.ndarray, at: int, every: float, samples: float, end: float) -> bool:
     """EvalCadence.due on the mark ``mark[at]`` (the cadence's ``next``; ``end`` its end, or
-    ``inf``): True when ``samples`` reached the mark and not the end, the mark then moved past."""
-    if samples < mark[at] - 1e-9 or samples >= end:
+    ``inf``): True when an eval is due, the mark then moved on (:func:`.protocols.cadence.next_mark`)."""
+    m = next_mark(mark[at], every, samples, end)
+    if m == mark[at]:
         return False
-    while mark[at] <= samples + 1e-9:
-        mark[at] += every
+    mark[at] = m
     return True
-
-
-@kernel
-def shard_start(k: int, learner: int, minibatch: int, n: int, shard: int, per_epoch: int) -> int:
-    """ShardLayout.start: the stream position of ``learner``'s ``k``-th minibatch (shards of
-    ``shard`` samples, ``per_epoch`` minibatches each, epochs of ``n`` samples)."""
-    ep = k // per_epoch
-    return ep * n + learner * shard + (k - ep * per_epoch) * minibatch
 
 
 # ---------------------------------------------------------------------------------------------

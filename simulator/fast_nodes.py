@@ -20,10 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .compute import CHUNK, learner_clocks
 from .collectives import transfer_time
-from .fast_core import (DONE, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, Buffers, finish_work,
-                        fold_rows, heap_push, kernel, make_room, numba, reserve, stall_state, walk_stalls)
+from .compute import CHUNK, learner_clocks
+from .dataorder import ShardLayout
+from .fast_core import (DONE, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN,  # noqa: F401 (DONE: the engines')
+                        Buffers, finish_work,
+                        cadence_due, fold_rows, heap_push, kernel, make_room, numba, reserve, shard_start,
+                        stall_state, walk_stalls)
 from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
 from .protocols.gossip import run_figures, trace_header
 from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
@@ -49,13 +52,12 @@ def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb:
              shard_len: int, per_epoch: int) -> int:
     """GossipRecorder.grad: node i's k-th minibatch (its shard) on its version v; the row."""
     st[5] += 1
-    ep = k // per_epoch
     r = st[0]
     cols[0][r] = GRAD
     cols[1][r] = i
     cols[3][r] = i
     cols[4][r] = v
-    cols[5][r] = ep * spe + i * shard_len + (k - ep * per_epoch) * mu
+    cols[5][r] = shard_start(k, i, mu, spe, shard_len, per_epoch)
     cols[6][r] = mu
     cols[7][r] = k
     cols[8][r] = ta
@@ -88,11 +90,9 @@ def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, st
     st[0] = r + 1
     st[11] = APPLY
     version[i] += 1
-    samples = st[4]  # EvalCadence.due, with its end
-    if samples < fst[0] - 1e-9 or samples >= cad_end:
+    samples = st[4]
+    if not cadence_due(fst, 0, every, samples, cad_end):  # EvalCadence.due, with its end
         return
-    while fst[0] <= samples + 1e-9:
-        fst[0] += every
     r = st[0]
     cols[0][r] = EVAL
     cols[1][r] = AVERAGE
@@ -371,8 +371,8 @@ def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray
     bw, ibw = net["bandwidth_Bps"], net["intra_bandwidth_Bps"]
     mbytes = wl["param_count"] * net["bytes_per_param"]
     cad = EvalCadence(spe, wl["evals_per_epoch"], end=K * n * mu)
-    shard_len = max(1, spe // n)
-    ip = np.array([n, mu, spe, K, shard_len, max(1, shard_len // mu), g, K * n * mu], np.int64)
+    shards = ShardLayout(n, mu, spe)  # the data order's layout
+    ip = np.array([n, mu, spe, K, shards.shard, shards.per_epoch, g, K * n * mu], np.int64)
     fp = np.array([transfer_time(mbytes, bw), net["latency_s"] + net["overhead_s"],
                    transfer_time(mbytes, ibw), net["intra_latency_s"] + net["overhead_s"],
                    cad.every, mbytes, 0.0, 0.0])

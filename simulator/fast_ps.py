@@ -35,17 +35,33 @@ import numpy as np
 from . import seeds
 from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
-from .protocols import EvalCadence, PSCore, header_for, is_ps, sim_id
-from .fast_core import (DONE, FLUSH_OPS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, Buffers, finish_work,
-                        fold_rows, heap_pop, heap_push, kernel, make_room, numba, reserve, sort_prefix, stall_state,
-                        walk_stalls)
+from .dataorder import ShardLayout
+from .fast_core import (DONE, FIFO_FIELDS, FLUSH_OPS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, WALK_LEFT, WALK_T,
+                        Buffers, cadence_due, finish_work, fold_rows, heap_pop, heap_push, kernel, make_room, numba,
+                        reserve, shard_start, slice_start, sort_prefix, stall_state, walk_stalls)
+from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim_id
+from .protocols import ps as ps_rules
 from .trace import APPLY, EVAL, GRAD, Trace, blank_columns
 
+WORK_MARGIN = 16       # compute draws a learner gets beyond its share of the run, at the start
 NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
 NEED_FLUSH = NEED_ROWS
 # event kinds
 SEND, PROCESSED, LEAVE = 0, 1, 2
 FORWARD, PROCESSED_MANY = 0, 1  # an aggregator's event
+
+# the kernel's state, one layout: ``ip`` (parameters, int), ``fp`` (parameters, float), ``st``
+# (state, int) and ``fst`` (state, float) are indexed by these names only
+(IP_LAM, IP_MU, IP_N, IP_TOTAL, IP_C, IP_BARRIER, IP_BOUND, IP_SHARDS, IP_GLOBAL_SLICE, IP_SHARD_LEN,
+ IP_PER_EPOCH, IP_GPUS_PER_NODE, IP_GROUP) = range(13)
+FP_TX, FP_LAT, FP_EVERY, FP_SCALE_GAP, FP_SCALE_LEN, FP_NODE_TX = range(6)
+(ST_VERSION, ST_ISSUED, ST_PROCESSED, ST_SAMPLES, ST_OPS, ST_INPUTS, ST_ACC, ST_HEAP, ST_COUNTER, ST_PEND_HEAD,
+ ST_PEND_TAIL, ST_SLOWEST, ST_NEED, ST_LAST_KIND, ST_WAITING, ST_APPLY_POS, ST_OPS_BASE, ST_INPUTS_BASE,
+ ST_RESUME, ST_RESUME_K, ST_RESUME_B) = range(21)
+ST_SIZE = 21
+FS_NEXT_EVAL, FS_END, FS_COMPUTE, FS_NOW, FS_RESUME_T, FS_RESUME_NOW = range(6)  # then fast_core's WALK_T, WALK_LEFT
+FS_RESUME_WORK = 8
+FS_SIZE = 9
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -58,7 +74,12 @@ def covers(point: dict[str, Any]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the kernel (plain Python, compiled by numba when available)
+# the kernel (plain Python, compiled by numba when available: fast_core.kernel)
+
+# the protocol's rules: PSCore's own functions, compiled
+_update_due, _group_weight = kernel(ps_rules.update_due), kernel(ps_rules.group_weight)
+_ssp_release = kernel(ps_rules.ssp_release)
+_forward_due, _group_members = kernel(ps_rules.forward_due), kernel(ps_rules.group_members)
 
 @kernel
 def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
@@ -78,13 +99,11 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     """Run until done or until a draw buffer needs refilling (the returned status); every piece
     of state lives in the arrays, so a call resumes where the last one stopped.
 
-    ``ip`` (parameters, int): lam, mu, N, total, c, barrier, bound, S, layout (1 global slice),
-    shard_len, per_epoch, gpus_per_node. ``fp``: tx, lat, every, scale_gap, scale_len, node_tx
-    (a whole gradient through a node's NIC). ``node_links``: the nodes' NICs out, then in.
-    ``st`` (state, int): version, issued, processed, samples, n_ops, n_inputs, acc_n, heap_n,
-    counter, pend_head, pend_tail, slowest, need (the learner whose draws ran out), last_kind,
-    n_waiting, apos, ops_base, inputs_base. ``fst``: next_eval, end_time, compute_s, now of the
-    pending pulls. The trace columns are buffers: op ``n`` (a global index, as the trace's
+    ``ip``, ``fp``, ``st``, ``fst``: the parameters and the state, by the ``IP_*``, ``FP_*``,
+    ``ST_*``, ``FS_*`` names above (``FP_NODE_TX``: a whole gradient through a node's NIC;
+    ``ST_NEED``: the learner whose draws ran out; ``ST_APPLY_POS``: the next apply draw;
+    ``FS_NOW``: the time of the pending pulls). ``node_links``: the nodes' NICs out, then in.
+    The trace columns are buffers: op ``n`` (a global index, as the trace's
     references use) is written at row ``n − ops_base``, input ``m`` at ``m − inputs_base``; when
     a buffer has no room for the next event the kernel returns NEED_FLUSH (the caller grows it,
     or folds it into the summary and moves the bases on).
@@ -95,54 +114,59 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     learner's S apply draws ``bapply[i]``, taken when it starts, scaled by the share; the
     latest end of its buckets' processing ``bdone[i]``; when each is ready ``bmark[i]``); the
     heap orders slots by (time, schedule counter). A stall walk that runs out of draws stops
-    (``st[18]`` the learner + 1, ``st[19]`` its minibatch, ``st[20]`` the bucket being walked;
-    ``fst[4..8]``: start, pull time, the walk's t and work left, the minibatch's work) and
+    (``ST_RESUME`` the learner + 1, ``ST_RESUME_K`` its minibatch, ``ST_RESUME_B`` the bucket
+    being walked; ``FS_RESUME_T``, ``FS_RESUME_NOW``: start and pull time; ``WALK_T``,
+    ``WALK_LEFT``: the walk's t and work left; ``FS_RESUME_WORK``: the minibatch's work) and
     resumes after the refill.
     The trace columns are written directly (their defaults pre-filled by the caller).
     """
-    lam, mu, N, total, c, barrier, bound, S = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    layout, shard_len, per_epoch, g, grp = ip[8], ip[9], ip[10], ip[11], ip[12]
-    tx, lat, every, scale_gap, scale_len, node_tx = fp[0], fp[1], fp[2], fp[3], fp[4], fp[5]
+    lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
+    barrier, bound, S, layout = ip[IP_BARRIER], ip[IP_BOUND], ip[IP_SHARDS], ip[IP_GLOBAL_SLICE]
+    shard_len, per_epoch, g, grp = ip[IP_SHARD_LEN], ip[IP_PER_EPOCH], ip[IP_GPUS_PER_NODE], ip[IP_GROUP]
+    tx, lat, every, scale_gap, scale_len = fp[FP_TX], fp[FP_LAT], fp[FP_EVERY], fp[FP_SCALE_GAP], fp[FP_SCALE_LEN]
+    node_tx = fp[FP_NODE_TX]
     B = bshare.shape[0]
     nodes = node_links.shape[0] // 2
     leave0 = lam + lam * (B - 1)  # first slot of the buckets' leave-the-node events
     one = np.empty(1, np.int64)  # a single pushed learner, for SSP's release
     while True:
-        if st[18]:  # a minibatch whose stall walk ran out of draws: resume it
-            i = st[18] - 1
-            end = walk_stalls(i, fst[6], fst[7], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
+        if st[ST_RESUME]:  # a minibatch whose stall walk ran out of draws: resume it
+            i = st[ST_RESUME] - 1
+            end = walk_stalls(i, fst[WALK_T], fst[WALK_LEFT], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:
-                st[12] = i
+                st[ST_NEED] = i
                 return NEED_STALL
             if B > 1:  # the bucket being walked is ready; walk the rest
-                b = st[20]
+                b = st[ST_RESUME_B]
                 bmark[i, b] = end
-                b = _marks(i, b + 1, end, fst[8] * produced[b] if b < B - 1 else fst[8], fst[8], produced, bmark,
+                work = fst[FS_RESUME_WORK]
+                b = _marks(i, b + 1, end, work * produced[b] if b < B - 1 else work, work, produced, bmark,
                            stall, sdraw, spos, slen, scale_gap, scale_len, fst)
                 if b < B:
-                    st[12], st[20] = i, b
+                    st[ST_NEED], st[ST_RESUME_B] = i, b
                     return NEED_STALL
-                st[18] = 0
-                _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, st[19], fst[4], fst[5], S, adraw, produced, bapply,
+                st[ST_RESUME] = 0
+                _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, st[ST_RESUME_K], fst[FS_RESUME_T], fst[FS_RESUME_NOW], S,
+                               adraw, produced, bapply,
                                bdone, bmark)
                 continue
-            st[18] = 0
-            _started(st, ev_i, ev_f, ht, hk, hs, i, st[19], fst[4], fst[5], end)
+            st[ST_RESUME] = 0
+            _started(st, ev_i, ev_f, ht, hk, hs, i, st[ST_RESUME_K], fst[FS_RESUME_T], fst[FS_RESUME_NOW], end)
         # 1. learners released by the last event start their next minibatch (a pull each)
-        while st[9] < st[10]:
-            i = pend[st[9] % lam]
-            if st[1] < total:  # assign() would issue work: its draws must be there first
+        while st[ST_PEND_HEAD] < st[ST_PEND_TAIL]:
+            i = pend[st[ST_PEND_HEAD] % lam]
+            if st[ST_ISSUED] < total:  # assign() would issue work: its draws must be there first
                 if wpos[i] >= wlen[i]:
-                    st[12] = i
+                    st[ST_NEED] = i
                     return NEED_WORK
                 if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
-                    st[12] = i
+                    st[ST_NEED] = i
                     return NEED_STALL
-                if B > 1 and adraw.shape[0] - st[15] < S:  # a bucketed learner draws its applies now
-                    st[12] = i
+                if B > 1 and adraw.shape[0] - st[ST_APPLY_POS] < S:  # a bucketed learner draws its applies now
+                    st[ST_NEED] = i
                     return NEED_APPLY
-            st[9] += 1
-            now = fst[3]
+            st[ST_PEND_HEAD] += 1
+            now = fst[FS_NOW]
             # _pull: the weights leave every shard's NIC out, then travel
             done = 0.0
             for s in range(S):
@@ -155,46 +179,47 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                     done = e
             t = done + lat
             # _start
-            if st[1] >= total:
+            if st[ST_ISSUED] >= total:
                 if grp > 1:  # the learner stops; its aggregator may forward what it holds
                     _maybe_forward(i // grp, now, grp, lam, total, st, agg_inflight, agg_arrive, agg_pend, agg_n,
                                    agg_fwd, fwd_n, agg_state, ht, hk, hs)
                 continue
-            st[1] += 1
+            st[ST_ISSUED] += 1
             if grp > 1:
                 agg_inflight[i // grp] += 1
             k = batches[i]
             batches[i] = k + 1
             work = wdraw[i, wpos[i]]
             wpos[i] += 1
-            fst[2] += work
+            fst[FS_COMPUTE] += work
             if B > 1:  # PSRun._start with buckets: each leaves when backward has produced it
-                fst[8] = work
+                fst[FS_RESUME_WORK] = work
                 b = _marks(i, 0, t, 0.0, work, produced, bmark, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
                 if b < B:  # more stalls inside this minibatch than draws at hand: refill, resume
-                    st[12], st[18], st[19], st[20] = i, i + 1, k, b
-                    fst[4], fst[5] = t, now
+                    st[ST_NEED], st[ST_RESUME], st[ST_RESUME_K], st[ST_RESUME_B] = i, i + 1, k, b
+                    fst[FS_RESUME_T], fst[FS_RESUME_NOW] = t, now
                     return NEED_STALL
                 _start_buckets(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, S, adraw, produced, bapply, bdone, bmark)
                 continue
             end = finish_work(i, t, work, stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:  # more stalls inside this minibatch than draws at hand: refill, resume
-                st[12], st[18], st[19] = i, i + 1, k
-                fst[4], fst[5] = t, now
+                st[ST_NEED], st[ST_RESUME], st[ST_RESUME_K] = i, i + 1, k
+                fst[FS_RESUME_T], fst[FS_RESUME_NOW] = t, now
                 return NEED_STALL
             _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, end)
         # 2. the next event (room for it, and for the caller's final apply and eval, first)
-        if st[4] - st[16] + 3 > kind.shape[0] or st[5] - st[17] + c + grp + 1 > in_grad.shape[0]:
+        if (st[ST_OPS] - st[ST_OPS_BASE] + 3 > kind.shape[0]
+                or st[ST_INPUTS] - st[ST_INPUTS_BASE] + c + grp + 1 > in_grad.shape[0]):
             return NEED_FLUSH
-        if st[7] == 0:
+        if st[ST_HEAP] == 0:
             return DONE
         i = hs[0]
-        if adraw.shape[0] - st[15] < S and (  # the event draws its applies: they must be there
+        if adraw.shape[0] - st[ST_APPLY_POS] < S and (  # the event draws its applies: they must be there
                 (i < lam and B == 1 and grp == 1 and ev_i[i, 0] == SEND)
                 or (i >= lam and grp > 1 and agg_state[i - lam] == FORWARD)):
             return NEED_APPLY
         now = ht[0]
-        st[7] = heap_pop(ht, hk, hs, st[7])
+        st[ST_HEAP] = heap_pop(ht, hk, hs, st[ST_HEAP])
         if grp > 1 and i >= lam:  # an aggregator's event (tree aggregation has one bucket)
             a = i - lam
             if agg_state[a] == FORWARD:  # PSRun._forward: its message reaches every shard
@@ -202,35 +227,35 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 if delay < 0.0:
                     delay = 0.0
                 agg_state[a] = PROCESSED_MANY
-                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-                st[8] += 1
+                st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+                st[ST_COUNTER] += 1
                 continue
             # PSRun._processed_many: the core's push of several gradients
-            fst[1] = now
-            fst[3] = now
+            fst[FS_END] = now
+            fst[FS_NOW] = now
             for x in range(fwd_n[a]):
-                acc[st[6], 0] = agg_fwd[a, x, 1]
-                acc[st[6], 1] = agg_fwd[a, x, 2]
-                acc[st[6], 2] = mu
-                st[6] += 1
-                st[2] += 1
+                acc[st[ST_ACC], 0] = agg_fwd[a, x, 1]
+                acc[st[ST_ACC], 1] = agg_fwd[a, x, 2]
+                acc[st[ST_ACC], 2] = mu
+                st[ST_ACC] += 1
+                st[ST_PROCESSED] += 1
                 if bound >= 0:
                     _tick(agg_fwd[a, x, 0], done_clock, at_clock, st)
-            if st[6] >= c or st[2] == total:
+            if _update_due(st[ST_ACC], c, st[ST_PROCESSED], total):
                 _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
                        in_grad, in_weight, in_stale)
             if bound >= 0 and barrier == 0:  # who pulls next: SSP's release after the group's ticks
-                _release_many(agg_fwd[a, :, 0], fwd_n[a], st[11] + bound, done_clock, waiting, ready, pend, st)
+                _release_many(agg_fwd[a, :, 0], fwd_n[a], st[ST_SLOWEST] + bound, done_clock, waiting, ready, pend, st)
                 continue
             for x in range(fwd_n[a]):  # who pulls next
                 if barrier == 1:
-                    waiting[st[14]] = agg_fwd[a, x, 0]
-                    st[14] += 1
+                    waiting[st[ST_WAITING]] = agg_fwd[a, x, 0]
+                    st[ST_WAITING] += 1
                 else:
-                    pend[st[10] % lam] = agg_fwd[a, x, 0]
-                    st[10] += 1
-            if barrier == 1 and st[6] == 0:
-                _release_waiting(waiting, st[14], pend, st)
+                    pend[st[ST_PEND_TAIL] % lam] = agg_fwd[a, x, 0]
+                    st[ST_PEND_TAIL] += 1
+            if barrier == 1 and st[ST_ACC] == 0:
+                _release_waiting(waiting, st[ST_WAITING], pend, st)
             continue
         if i >= leave0:  # PSRun._leave_node: an earlier bucket left the node; it reaches every shard
             x = i - leave0
@@ -240,8 +265,8 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             x = i - lam
             if g > 1:  # through the node's NIC out first (PSRun._deliver)
                 delay = _leave_delay(node_links, (x // (B - 1)) // g, now, node_tx * bshare[x % (B - 1)])
-                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], leave0 + x)
-                st[8] += 1
+                st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], leave0 + x)
+                st[ST_COUNTER] += 1
             else:
                 _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
             continue
@@ -253,19 +278,18 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             if delay < 0.0:
                 delay = 0.0
             ev_i[i, 0] = PROCESSED
-            st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-            st[8] += 1
+            st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+            st[ST_COUNTER] += 1
             continue
         j = ev_i[i, 1]
         if ev_i[i, 0] == SEND:
             k = ev_i[i, 2]
             if layout == 1:
-                start = (k * lam + i) * mu
+                start = slice_start(k, i, lam, mu)
             else:
-                ep = k // per_epoch
-                start = ep * N + i * shard_len + (k - ep * per_epoch) * mu
-            n = st[4]
-            r = n - st[16]
+                start = shard_start(k, i, mu, N, shard_len, per_epoch)
+            n = st[ST_OPS]
+            r = n - st[ST_OPS_BASE]
             kind[r] = GRAD
             node[r] = i
             src_node[r] = 0
@@ -275,9 +299,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             batch_index[r] = k
             t_start[r] = ev_f[i]
             t_end[r] = now
-            epoch[r] = st[3] / N
-            st[4] = n + 1
-            st[13] = GRAD
+            epoch[r] = st[ST_SAMPLES] / N
+            st[ST_OPS] = n + 1
+            st[ST_LAST_KIND] = GRAD
             if grp > 1:  # PSRun._send to the group's aggregator, which forwards when its group is in
                 a = i // grp
                 arrive = reserve(agg_links, a, now, tx * S) + lat
@@ -296,13 +320,13 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 if B == 1:  # the whole gradient, its apply draws taken now
                     bdone[i] = 0.0
                     for s in range(S):
-                        bapply[i, s] = adraw[st[15]]
-                        st[15] += 1
+                        bapply[i, s] = adraw[st[ST_APPLY_POS]]
+                        st[ST_APPLY_POS] += 1
                 ev_i[i, 0] = LEAVE
                 ev_i[i, 3] = n
                 delay = _leave_delay(node_links, i // g, now, node_tx * bshare[B - 1])
-                st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-                st[8] += 1
+                st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+                st[ST_COUNTER] += 1
                 continue
             if B > 1:  # the last bucket; the push is processed when every bucket is
                 done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
@@ -315,35 +339,35 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 delay = 0.0
             ev_i[i, 0] = PROCESSED
             ev_i[i, 3] = n
-            st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-            st[8] += 1
+            st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+            st[ST_COUNTER] += 1
             continue
         # PROCESSED: the core's push
-        fst[1] = now
-        fst[3] = now
-        n_acc = st[6]
+        fst[FS_END] = now
+        fst[FS_NOW] = now
+        n_acc = st[ST_ACC]
         acc[n_acc, 0] = ev_i[i, 3]
         acc[n_acc, 1] = j
         acc[n_acc, 2] = mu
-        st[6] = n_acc + 1
-        st[2] += 1
+        st[ST_ACC] = n_acc + 1
+        st[ST_PROCESSED] += 1
         if bound >= 0:
             _tick(i, done_clock, at_clock, st)
-        if st[6] >= c or st[2] == total:
+        if _update_due(st[ST_ACC], c, st[ST_PROCESSED], total):
             _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
                    in_grad, in_weight, in_stale)
         # who pulls next (appended to the pending ring, in order)
         if barrier == 1:
-            waiting[st[14]] = i
-            st[14] += 1
-            if st[6] == 0:
-                _release_waiting(waiting, st[14], pend, st)
+            waiting[st[ST_WAITING]] = i
+            st[ST_WAITING] += 1
+            if st[ST_ACC] == 0:
+                _release_waiting(waiting, st[ST_WAITING], pend, st)
         elif bound >= 0:  # SSP: i waits while its count exceeds the slowest's by more than the bound
             one[0] = i
-            _release_many(one, 1, st[11] + bound, done_clock, waiting, ready, pend, st)
+            _release_many(one, 1, st[ST_SLOWEST] + bound, done_clock, waiting, ready, pend, st)
         else:
-            pend[st[10] % lam] = i
-            st[10] += 1
+            pend[st[ST_PEND_TAIL] % lam] = i
+            st[ST_PEND_TAIL] += 1
 
 
 @kernel
@@ -377,13 +401,13 @@ def _start_buckets(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.nd
     lam, B = bmark.shape[0], bmark.shape[1]
     bdone[i] = 0.0
     for s in range(S):
-        bapply[i, s] = adraw[st[15]]
-        st[15] += 1
+        bapply[i, s] = adraw[st[ST_APPLY_POS]]
+        st[ST_APPLY_POS] += 1
     for b in range(B - 1):
         m = bmark[i, b]
         delay = m - now if m > now else 0.0
-        st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], lam + i * (B - 1) + b)
-        st[8] += 1
+        st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], lam + i * (B - 1) + b)
+        st[ST_COUNTER] += 1
     _started(st, ev_i, ev_f, ht, hk, hs, i, k, t, now, bmark[i, B - 1])
 
 
@@ -395,8 +419,8 @@ def _push(st: np.ndarray, now: float, tx: float, lat: float, S: int, link_in: np
     done = 0.0
     for s in range(S):
         arrive = reserve(link_in, s, now, tx) + lat
-        e = reserve(queue, s, arrive, adraw[st[15]])
-        st[15] += 1
+        e = reserve(queue, s, arrive, adraw[st[ST_APPLY_POS]])
+        st[ST_APPLY_POS] += 1
         if s == 0 or e > done:
             done = e
     return done
@@ -411,40 +435,23 @@ def _tick(i: int, done_clock: np.ndarray, at_clock: np.ndarray, st: np.ndarray) 
     ring = len(at_clock)
     at_clock[cc % ring] -= 1
     at_clock[(cc + 1) % ring] += 1
-    if cc == st[11] and at_clock[cc % ring] == 0:
-        st[11] = cc + 1
+    if cc == st[ST_SLOWEST] and at_clock[cc % ring] == 0:
+        st[ST_SLOWEST] = cc + 1
 
 
 @kernel
 def _release_many(pushed: np.ndarray, m: int, limit: int, done_clock: np.ndarray, waiting: np.ndarray,
                   ready: np.ndarray, pend: np.ndarray, st: np.ndarray) -> None:
     """PSCore._release after a message of ``m`` learners (one gradient, or an aggregator's; SSP,
-    ``limit``: the slowest count + the bound): every waiting learner has the same count (the
-    slowest's + bound + 1 of when it began to wait), so they all go when the first may, as the
-    slowest moves; each pushed learner goes if its count is within the limit, else waits. Those
-    that go pull in index order (appended to the pending ring): O(1) per gradient plus a sort
-    of those released."""
-    n = st[14]
-    r = 0
-    if n > 0 and done_clock[waiting[0]] <= limit:
-        for w in range(n):
-            ready[r] = waiting[w]
-            r += 1
-        n = 0
-    for x in range(m):
-        i = pushed[x]
-        if done_clock[i] <= limit:
-            ready[r] = i
-            r += 1
-        else:
-            waiting[n] = i
-            n += 1
-    st[14] = n
+    ``limit``: the slowest count + the bound): :func:`.protocols.ps.ssp_release`; those that go
+    pull in index order (appended to the pending ring)."""
+    r, n = _ssp_release(pushed, m, limit, done_clock, waiting, st[ST_WAITING], ready)
+    st[ST_WAITING] = n
     sort_prefix(ready, r)
     lam = pend.shape[0]
     for w in range(r):
-        pend[st[10] % lam] = ready[w]
-        st[10] += 1
+        pend[st[ST_PEND_TAIL] % lam] = ready[w]
+        st[ST_PEND_TAIL] += 1
 
 
 @kernel
@@ -453,9 +460,9 @@ def _release_waiting(waiting: np.ndarray, n: int, pend: np.ndarray, st: np.ndarr
     sort_prefix(waiting, n)
     lam = pend.shape[0]
     for w in range(n):
-        pend[st[10] % lam] = waiting[w]
-        st[10] += 1
-    st[14] = 0
+        pend[st[ST_PEND_TAIL] % lam] = waiting[w]
+        st[ST_PEND_TAIL] += 1
+    st[ST_WAITING] = 0
 
 
 @kernel
@@ -465,8 +472,7 @@ def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.nd
     """PSRun._maybe_forward: aggregator a forwards its pending gradients as one message once
     every member that can still send has sent, when they have all arrived (``at``)."""
     n_p = agg_n[a]
-    members = min(grp, lam - a * grp)
-    if n_p > 0 and (n_p == members or (st[1] >= total and agg_inflight[a] == 0)):
+    if _forward_due(n_p, _group_members(a, grp, lam), st[ST_ISSUED], total, agg_inflight[a]):
         for x in range(n_p):
             agg_fwd[a, x, 0] = agg_pend[a, x, 0]
             agg_fwd[a, x, 1] = agg_pend[a, x, 1]
@@ -476,8 +482,8 @@ def _maybe_forward(a: int, now: float, grp: int, lam: int, total: int, st: np.nd
         t = now if now > agg_arrive[a] else agg_arrive[a]  # max(agg_arrive, now)
         delay = t - now
         agg_state[a] = FORWARD
-        st[7] = heap_push(ht, hk, hs, st[7], now + (delay if delay > 0 else 0.0), st[8], lam + a)
-        st[8] += 1
+        st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + (delay if delay > 0 else 0.0), st[ST_COUNTER], lam + a)
+        st[ST_COUNTER] += 1
 
 
 @kernel
@@ -512,11 +518,11 @@ def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray,
     if delay < 0.0:
         delay = 0.0
     ev_i[i, 0] = SEND
-    ev_i[i, 1] = st[0]
+    ev_i[i, 1] = st[ST_VERSION]
     ev_i[i, 2] = k
     ev_f[i] = t
-    st[7] = heap_push(ht, hk, hs, st[7], now + delay, st[8], i)
-    st[8] += 1
+    st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+    st[ST_COUNTER] += 1
 
 
 @kernel
@@ -525,20 +531,20 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
            epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
            in_weight: np.ndarray, in_stale: np.ndarray) -> None:
     """PSCore._apply: the pending gradients become version v + 1 (weights 1/n); the eval cadence."""
-    N = ip[2]
-    n = st[6]
-    v = st[0]
+    N = ip[IP_N]
+    n = st[ST_ACC]
+    v = st[ST_VERSION]
     if n == 1:
-        st[3] += acc[0, 2]
+        st[ST_SAMPLES] += acc[0, 2]
     else:
         total = 0
         for x in range(n):
             total += acc[x, 2]
-        st[3] += total
-    ep = st[3] / N
-    row = st[4] - st[16]
-    base = st[5]
-    b = base - st[17]
+        st[ST_SAMPLES] += total
+    ep = st[ST_SAMPLES] / N
+    row = st[ST_OPS] - st[ST_OPS_BASE]
+    base = st[ST_INPUTS]
+    b = base - st[ST_INPUTS_BASE]
     kind[row] = APPLY
     node[row] = 0
     version[row] = v
@@ -547,35 +553,32 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
     t_start[row] = t
     t_end[row] = t
     epoch[row] = ep
-    w = 1.0 if n == 1 else 1.0 / n
+    w = 1.0 if n == 1 else _group_weight(n)
     for x in range(n):
         in_grad[b + x] = acc[x, 0]
         in_stale[b + x] = v - acc[x, 1]
         in_weight[b + x] = w
-    st[5] = base + n
-    st[4] += 1
-    st[13] = APPLY
-    st[0] = v + 1
-    st[6] = 0
-    samples = st[3]
-    if samples >= fst[0] - 1e-9:  # EvalCadence.due
-        while fst[0] <= samples + 1e-9:
-            fst[0] += every
+    st[ST_INPUTS] = base + n
+    st[ST_OPS] += 1
+    st[ST_LAST_KIND] = APPLY
+    st[ST_VERSION] = v + 1
+    st[ST_ACC] = 0
+    if cadence_due(fst, FS_NEXT_EVAL, every, st[ST_SAMPLES], math.inf):  # EvalCadence.due
         _eval(st, v + 1, t, ep, kind, node, version, t_start, t_end, epoch)
 
 
 @kernel
 def _eval(st: np.ndarray, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
           version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray) -> None:
-    row = st[4] - st[16]
+    row = st[ST_OPS] - st[ST_OPS_BASE]
     kind[row] = EVAL
     node[row] = 0
     version[row] = v
     t_start[row] = t
     t_end[row] = t
     epoch[row] = ep
-    st[4] += 1
-    st[13] = EVAL
+    st[ST_OPS] += 1
+    st[ST_LAST_KIND] = EVAL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,25 +615,34 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     clocks = learner_clocks(point, lam)
     rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY]))
     apply_stream = DrawStream(sampler(srv["apply_distribution"], srv["apply_s"], 0.0, rng))
-    per = max(CHUNK, CHUNK * math.ceil(1.25 * total / lam / CHUNK))
-    if not keep_trace:
-        per = min(per, 4 * CHUNK)  # the rest as the kernel asks (NEED_WORK)
+    # each learner's compute draws: its share of the run and a margin (a luckier learner asks for
+    # more, NEED_WORK, a chunk at a time); the same values however they are cut (NumPy fills
+    # arrays sequentially), so set-up grows with the run's draws, not with λ × CHUNK
+    per = min(math.ceil(1.25 * total / lam) + WORK_MARGIN, 4 * CHUNK)
     work = Buffers(lam, per)
     for i, clock in enumerate(clocks):
-        while work.len[i] < per:
-            work.grow_row(i, np.asarray(clock.draws._fn(CHUNK), dtype=np.float64))
+        work.grow_row(i, np.asarray(clock.draws._fn(per), dtype=np.float64))
     stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
     chunks = max(1, math.ceil(S * total / CHUNK))
     adraw = np.concatenate([np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)
                             for _ in range(chunks if keep_trace else min(chunks, 4))])
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
-    ip = np.array([lam, mu, N, total, core.c, int(core.barrier), core.bound, S, int(core.layout == "global_slice"),
-                   max(1, N // lam), max(1, max(1, N // lam) // mu), cl["gpus_per_node"], grp], dtype=np.int64)
-    fp = np.array([tx, lat, cad.every, scale_gap, scale_len, transfer_time(nbytes, bw)])
-    st = np.zeros(21, np.int64)
-    st[10] = lam                      # every learner pulls at t = 0
-    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    shards = ShardLayout(lam, mu, N)  # the data order's layout (its shard and minibatches per shard)
+    ip = np.zeros(IP_GROUP + 1, np.int64)
+    for at, value in ((IP_LAM, lam), (IP_MU, mu), (IP_N, N), (IP_TOTAL, total), (IP_C, core.c),
+                      (IP_BARRIER, int(core.barrier)), (IP_BOUND, core.bound), (IP_SHARDS, S),
+                      (IP_GLOBAL_SLICE, int(core.layout == GLOBAL_SLICE)), (IP_SHARD_LEN, shards.shard),
+                      (IP_PER_EPOCH, shards.per_epoch), (IP_GPUS_PER_NODE, cl["gpus_per_node"]), (IP_GROUP, grp)):
+        ip[at] = value
+    fp = np.zeros(FP_NODE_TX + 1)
+    for at, fvalue in ((FP_TX, tx), (FP_LAT, lat), (FP_EVERY, cad.every), (FP_SCALE_GAP, scale_gap),
+                       (FP_SCALE_LEN, scale_len), (FP_NODE_TX, transfer_time(nbytes, bw))):
+        fp[at] = fvalue
+    st = np.zeros(ST_SIZE, np.int64)
+    st[ST_PEND_TAIL] = lam                      # every learner pulls at t = 0
+    fst = np.zeros(FS_SIZE)
+    fst[FS_NEXT_EVAL] = cad.next
     max_ops = 2 * total + min(total, int(total * mu / (N / wl["evals_per_epoch"]))) + 8  # evals ≤ applies
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
@@ -642,8 +654,9 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     def flush() -> None:
         """Fold the buffered rows into the histogram and the schedule; start the buffers over."""
         nonlocal hist
-        hist = fold_rows(hist, evals, ops, inputs, int(st[4] - st[16]), int(st[5] - st[17]))
-        st[16], st[17] = st[4], st[5]
+        hist = fold_rows(hist, evals, ops, inputs, int(st[ST_OPS] - st[ST_OPS_BASE]),
+                         int(st[ST_INPUTS] - st[ST_INPUTS_BASE]))
+        st[ST_OPS_BASE], st[ST_INPUTS_BASE] = st[ST_OPS], st[ST_INPUTS]
 
     def cols_of(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> tuple:
         return (ops["kind"], ops["node"], ops["version"], ops["src_node"], ops["src_version"], ops["sample_start"],
@@ -652,15 +665,17 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
 
     cols = cols_of(ops, inputs)
     _eval(st, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
-    fifo = lambda: np.zeros((S, 5))  # noqa: E731
+    fifo = lambda: np.zeros((S, FIFO_FIELDS))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
     A = math.ceil(lam / grp) if grp > 1 else 0  # aggregators
-    slots = lam * (2 * B - 1) + A + 1  # a send-or-processed event per learner, two per earlier bucket, one per aggregator
+    # a send-or-processed event per learner, two per earlier bucket, one per aggregator
+    slots = lam * (2 * B - 1) + A + 1
     ht, hk, hs = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
     bapply, bdone, bmark = np.zeros((lam, S)), np.zeros(lam), np.zeros((lam, B))
     g = cl["gpus_per_node"]
-    node_links = np.zeros((2 * (lam // g), 5))  # the nodes' NICs out, then in
-    aggs = (np.zeros((A, 5)), np.zeros(A, np.int64), np.zeros(A), np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64),
+    node_links = np.zeros((2 * (lam // g), FIFO_FIELDS))  # the nodes' NICs out, then in
+    aggs = (np.zeros((A, FIFO_FIELDS)), np.zeros(A, np.int64), np.zeros(A), np.zeros((A, grp, 3), np.int64),
+            np.zeros(A, np.int64),
             np.zeros((A, grp, 3), np.int64), np.zeros(A, np.int64), np.zeros(A, np.int64))
     ev_i, ev_f = np.zeros((lam, 4), np.int64), np.zeros(lam)
     batches, waiting, ready = np.zeros(lam, np.int64), np.zeros(lam + 1, np.int64), np.zeros(lam + 1, np.int64)
@@ -673,50 +688,53 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                          stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
-                         waiting, ready, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark, node_links, *aggs,
+                         waiting, ready, pend, acc, ht, hk, hs, ev_i, ev_f, produced, bshare, bapply, bdone, bmark,
+                         node_links, *aggs,
                          *cols)
         if status == DONE:
             break
-        i = int(st[12])
+        i = int(st[ST_NEED])
         if status == NEED_WORK:
             work.grow_row(i, np.asarray(clocks[i].draws._fn(CHUNK), dtype=np.float64))
         elif status == NEED_STALL:
             stall_draws.grow_row(i, clocks[i]._rng.standard_exponential(4 * CHUNK))
         elif status == NEED_APPLY:
-            adraw = np.concatenate([adraw[st[15]:], np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
-            st[15] = 0
+            adraw = np.concatenate([adraw[st[ST_APPLY_POS]:], np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)])
+            st[ST_APPLY_POS] = 0
         elif status == NEED_FLUSH:  # (a kept trace longer than its estimate; a run of fewer gradients than a group)
-            ops, inputs, hist, folded = make_room(keep_trace, ops, inputs, int(st[4] - st[16]), int(st[5] - st[17]),
+            ops, inputs, hist, folded = make_room(keep_trace, ops, inputs, int(st[ST_OPS] - st[ST_OPS_BASE]),
+                                                  int(st[ST_INPUTS] - st[ST_INPUTS_BASE]),
                                                   hist, evals)
             if folded:
-                st[16], st[17] = st[4], st[5]
+                st[ST_OPS_BASE], st[ST_INPUTS_BASE] = st[ST_OPS], st[ST_INPUTS]
             else:
                 cols = cols_of(ops, inputs)
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast engine: unknown status {status}")
-    end_time = float(fst[1])
+    end_time = float(fst[FS_END])
     # PSCore.finish: a last partial group, then the final eval
-    if st[6] > 0:
+    if st[ST_ACC] > 0:
         _apply(st, fst, ip, acc, end_time, cad.every, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10],
                cols[11], cols[12], cols[13], cols[14], cols[15])
-    if st[13] != EVAL:
-        _eval(st, int(st[0]), end_time, st[3] / N, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])
+    if st[ST_LAST_KIND] != EVAL:
+        _eval(st, int(st[ST_VERSION]), end_time, st[ST_SAMPLES] / N, cols[0], cols[1], cols[2], cols[8], cols[9],
+              cols[10])
     trace = None
     if keep_trace:  # (the buffers hold the whole run: they were grown, never flushed)
-        n_ops, n_in = int(st[4]), int(st[5])
+        n_ops, n_in = int(st[ST_OPS]), int(st[ST_INPUTS])
         trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
                       {k: v[:n_in] for k, v in inputs.items()})
     flush()
-    processed, T = int(st[2]), end_time
+    processed, T = int(st[ST_PROCESSED]), end_time
     summary = {
         "gradients": processed,
-        "updates": int(st[0]),
+        "updates": int(st[ST_VERSION]),
         "sim_time_s": T,
         "gradients_per_s": processed / T if T > 0 else math.inf,
         "server_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in queue])),
         "server_wait_mean_s": float(np.mean([q[2] / q[3] if q[3] else 0.0 for q in queue])),
         "link_in_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_in])),
         "link_out_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_out])),
-        "compute_utilization": float(fst[2]) / (lam * T) if T > 0 else 0.0,
+        "compute_utilization": float(fst[FS_COMPUTE]) / (lam * T) if T > 0 else 0.0,
     }
     return trace, summary, hist, evals, sim_id(point)

@@ -180,9 +180,7 @@ class PSRun:
     def _maybe_forward(self, a: int, now: float) -> None:
         """Aggregator ``a`` forwards once every member that can still send has sent."""
         pend = self.agg_pending[a]
-        members = min(self.group, self.lam - a * self.group)
-        all_issued = self.core.issued >= self.core.total
-        if pend and (len(pend) == members or (all_issued and self.agg_inflight[a] == 0)):
+        if self.core.forward_due(a, len(pend), self.agg_inflight[a]):
             self.agg_pending[a] = []
             at(self.env, max(self.agg_arrive[a], now), self._forward, pend)
 

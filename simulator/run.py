@@ -7,7 +7,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from . import fast_adpsgd, fast_allreduce, fast_dpsgd, fast_ps, fast_sgp
 from .gossip import simulate_gossip
@@ -60,8 +61,10 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     return (engine if reason is None else None), reason
 
 
-KERNEL_MODULES = {"ps": ("fast_ps",), "sgp": ("fast_sgp", "fast_nodes"), "dpsgd": ("fast_dpsgd", "fast_nodes"),
-                  "adpsgd": ("fast_adpsgd", "fast_nodes")}  # the numba-compiled ones (allreduce's is a closed form)
+KERNEL_MODULES = {"ps": ("fast_ps", "fast_core"), "sgp": ("fast_sgp", "fast_nodes", "fast_core"),
+                  "dpsgd": ("fast_dpsgd", "fast_nodes", "fast_core"),
+                  "adpsgd": ("fast_adpsgd", "fast_nodes", "fast_core")}
+# (the numba-compiled modules; allreduce's engine is a closed form)
 
 
 def kernels_to_compile(points: list[dict[str, Any]], engine: str = "auto") -> list[str]:

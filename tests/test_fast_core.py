@@ -173,3 +173,28 @@ def test_ddlsim_no_numba_runs_the_fast_engines_as_plain_python_with_the_same_tra
         assert run.returncode == 0, run.stderr[-2000:]
         out[flag] = run.stdout.strip()
     assert out["1"] == out["0"] and len(out["1"]) == 64
+
+
+def test_the_fast_engine_s_compute_draws_grow_with_the_run_not_with_the_learners() -> None:
+    # λ = 1024 learners, 1,437 gradients (one digits epoch at μ = 1): each learner starts with
+    # its share of the run and a margin, ⌈1.25 · 1437 / 1024⌉ + WORK_MARGIN = 18 draws (not a
+    # 4,096-draw chunk each: 32 MB), and the trace is still the SimPy engine's
+    from unittest.mock import patch
+
+    from ddlsim.simulator import fast_ps
+    from ddlsim.simulator import trace as T
+    from ddlsim.simulator.run import simulate
+    from ddlsim.tests.conftest import make_point
+
+    p = make_point(protocol__name="async", cluster__learners=1024, cluster__minibatch=1, workload__epochs=1)
+    shapes = []
+    real = fast_ps.Buffers
+
+    def recording(rows: int, cap: int):
+        shapes.append((rows, cap))
+        return real(rows, cap)
+
+    with patch.object(fast_ps, "Buffers", recording):
+        fast = simulate(p, "fast")
+    assert shapes[0] == (1024, math.ceil(1.25 * 1437 / 1024) + fast_ps.WORK_MARGIN) == (1024, 18)
+    assert T.encode(fast.trace) == T.encode(simulate(p, "simpy").trace)

@@ -21,9 +21,9 @@ when the server has processed it; and :meth:`PSCore.finish` at the end.
 
 from __future__ import annotations
 
-import heapq
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..dataorder import GlobalSliceLayout, ShardLayout
 from ..trace import EVAL, TraceBuilder
@@ -46,6 +46,62 @@ def total_gradients(point: dict[str, Any]) -> int:
     return max(1, math.ceil(samples / mu))
 
 
+# -- the rules, as functions of plain numbers and arrays (the fast engine compiles these same
+#    functions with numba: :mod:`..fast_ps`; PSCore calls them as they are)
+
+def update_due(pending: int, c: int, processed: int, total: int) -> bool:
+    """n-softsync's grouping: an update is applied once ``c`` gradients are pending, or when
+    the run's last gradient is processed (a last partial group)."""
+    return pending >= c or processed == total
+
+
+def group_weight(n: int) -> float:
+    """The weight of each of the ``n`` gradients one update averages: 1/n."""
+    return 1.0 / n
+
+
+def ssp_release(pushed: Any, m: int, limit: int, done_clock: Any, waiting: Any, n_waiting: int,
+                ready: Any) -> tuple[int, int]:
+    """SSP's release after the server processed the gradients of learners ``pushed[:m]``:
+    every waiting learner (``waiting[:n_waiting]``) and pushed learner whose processed count
+    (``done_clock``) is at most ``limit`` (the slowest count + the bound) goes, into
+    ``ready`` (unsorted: they pull in index order); the others wait. Returns (released,
+    waiting now).
+
+    Waiting learners all have one count, ``limit + 1``: a learner pushes one gradient at a
+    time, from a count within the limit of when it was released, so it waits only with the
+    count one above the limit, and the limit moves only as the slowest count does, which
+    releases every waiting learner at once. Checking the first is checking all of them
+    (tests/test_ps_rules.py holds this rule to the definition on SSP runs)."""
+    r = 0
+    if n_waiting > 0 and done_clock[waiting[0]] <= limit:
+        for w in range(n_waiting):
+            ready[r] = waiting[w]
+            r += 1
+        n_waiting = 0
+    for x in range(m):
+        i = pushed[x]
+        if done_clock[i] <= limit:
+            ready[r] = i
+            r += 1
+        else:
+            waiting[n_waiting] = i
+            n_waiting += 1
+    return r, n_waiting
+
+
+def group_members(a: int, group: int, lam: int) -> int:
+    """Learners of aggregator ``a`` (groups of ``group`` learners in index order; the last may be short)."""
+    return min(group, lam - a * group)
+
+
+def forward_due(pending: int, members: int, issued: int, total: int, inflight: int) -> bool:
+    """Tree aggregation: an aggregator holding ``pending`` gradients forwards them as one
+    message once every member that can still send has sent: all ``members`` are in, or every
+    gradient of the run is issued and none of its members' is still being computed."""
+    return pending > 0 and (pending == members or (issued >= total and inflight == 0))
+
+
 class PSCore:
     """One parameter-server run's protocol state (module doc); writes the trace into ``tb``.
 
@@ -62,6 +118,7 @@ class PSCore:
         self.barrier = spec.barrier
         self.bound = point["protocol"]["staleness_bound"] if spec.bounded else -1
         self.c = gradients_per_update(point)
+        self.group = cl["server"]["group_size"]
         self.total = total_gradients(point)
         self.layout = GLOBAL_SLICE if self.barrier else SHARD
         self.sample_start_of = (GlobalSliceLayout(lam, mu) if self.barrier else ShardLayout(lam, mu, self.N)).start
@@ -75,12 +132,13 @@ class PSCore:
         self.batches = [0] * lam
         self.waiting: list[int] = []               # barrier: learners done with this round
         # SSP: gradients processed per learner, how many learners have each count, the slowest
-        # count, and the waiting learners bucketed by their count (a heap of the counts)
+        # count, and the waiting learners (ssp_release)
         self.done_clock = [0] * lam
         self._at_clock: dict[int, int] = {0: lam}
         self.slowest = 0
-        self._blocked: dict[int, list[int]] = {}
-        self._blocked_keys: list[int] = []
+        self._ssp_waiting = [0] * lam
+        self._n_waiting = 0
+        self._ready = [0] * lam
         self._grad, self._apply1 = self.tb.grad, self.tb.apply1  # (bound once: a gradient's hot path)
         if self.c == 1 and not self.barrier and self.bound < 0:
             self.push_one = self._push_one_alone  # type: ignore[method-assign]
@@ -107,7 +165,8 @@ class PSCore:
 
     def gradient(self, i: int, j: int, k: int, t_start: float, t_end: float) -> int:
         """Record learner ``i``'s gradient of minibatch ``k`` on version ``j``; its grad op."""
-        return self._grad(i, 0, j, self.sample_start_of(k, i), self.mu, k, t_start, t_end, self.samples_applied / self.N)
+        return self._grad(i, 0, j, self.sample_start_of(k, i), self.mu, k, t_start, t_end,
+                          self.samples_applied / self.N)
 
     def push_one(self, i: int, gop: int, j: int, size: int, t: float) -> list[int]:
         """The server has processed one gradient (learner ``i``'s grad op ``gop`` on version
@@ -117,7 +176,7 @@ class PSCore:
         self.processed += 1
         if self.bound >= 0:
             self._tick(i)
-        if len(self.acc) >= self.c or self.processed == self.total:
+        if update_due(len(self.acc), self.c, self.processed, self.total):
             self._apply(t)
         return self._released([i])
 
@@ -145,7 +204,7 @@ class PSCore:
             self.processed += 1
             if self.bound >= 0:
                 self._tick(i)
-        if len(self.acc) >= self.c or self.processed == self.total:
+        if update_due(len(self.acc), self.c, self.processed, self.total):
             self._apply(t)
         return self._released(mine)
 
@@ -180,7 +239,7 @@ class PSCore:
         else:
             self.samples_applied += sum(a[2] for a in acc)
             epoch = self.samples_applied / self.N
-            self.tb.apply(0, v, [a[0] for a in acc], [1.0 / n] * n, [v - a[1] for a in acc], t, epoch)
+            self.tb.apply(0, v, [a[0] for a in acc], [group_weight(n)] * n, [v - a[1] for a in acc], t, epoch)
         self.version = v + 1
         self.acc = []
         if self.cadence.due(self.samples_applied):
@@ -198,21 +257,15 @@ class PSCore:
             self.slowest = c + 1
 
     def _release(self, pushed: list[int]) -> list[int]:
-        """SSP: the pushed learners wait; every waiting learner whose count exceeds the slowest
-        by at most the bound pulls now, in index order (O(log λ) per waiting learner)."""
-        blocked, keys = self._blocked, self._blocked_keys
-        for i in pushed:
-            c = self.done_clock[i]
-            bucket = blocked.get(c)
-            if bucket is None:
-                blocked[c] = [i]
-                heapq.heappush(keys, c)
-            else:
-                bucket.append(i)
-        limit = self.slowest + self.bound
-        ready: list[int] = []
-        while keys and keys[0] <= limit:
-            ready += blocked.pop(heapq.heappop(keys))
-        if len(ready) > 1:
+        """SSP: :func:`ssp_release` of the pushed learners; those released pull in index order."""
+        r, self._n_waiting = ssp_release(pushed, len(pushed), self.slowest + self.bound, self.done_clock,
+                                         self._ssp_waiting, self._n_waiting, self._ready)
+        ready = self._ready[:r]
+        if r > 1:
             ready.sort()
         return ready
+
+    def forward_due(self, a: int, pending: int, inflight: int) -> bool:
+        """Whether aggregator ``a``, holding ``pending`` gradients with ``inflight`` of its
+        members' still being computed, forwards them now (:func:`forward_due`)."""
+        return forward_due(pending, group_members(a, self.group, self.lam), self.issued, self.total, inflight)
