@@ -1,4 +1,4 @@
-"""Update rules for the trace backends (DESIGN.md, "Learning-rate policies").
+"""Update rules for the trace backends (docs/design.md, "Learning-rate policies").
 
 Everything here works on *flat* parameter vectors. Each update rule has two forms side by
 side, as ``torch.optim`` keeps ``_single_tensor_*`` and ``_multi_tensor_*``:

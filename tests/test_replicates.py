@@ -148,7 +148,7 @@ def test_seeds_change_compute_data_order_and_initial_weights(tiny: Path):
     assert set(rows) == {(p, s) for p in ("constant", "per_gradient") for s in (3, 4)}
     a, b = rows[("constant", 3)], rows[("constant", 4)]
     assert a["sim_time_s"] != b["sim_time_s"]  # lognormal compute draws from the seed
-    for (pol, seed), r in rows.items():
+    for (_pol, seed), r in rows.items():
         header = tracemod.read(tiny / "runs" / r["run_id"] / "trace.ddlt").header
         assert header["seed"] == seed and header["data_seed"] == seed  # the data order's seed
     point = load_text(TINY, "t.toml").points()[0]
@@ -394,7 +394,7 @@ def test_figures_draw_the_mean_with_its_spread():
     fig = plots.error_vs_time(curves, Table(rows))
     ax = fig.axes[0]
     assert len(ax.get_lines()) == 2  # one mean line per configuration, not six runs
-    line = next(l for l in ax.get_lines() if "λ=1" in l.get_label())
+    line = next(ln for ln in ax.get_lines() if "λ=1" in ln.get_label())
     assert list(line.get_ydata()) == pytest.approx([0.5 * 2 + 0.1 / 3, 0.1 / 3])  # means at epochs 1, 2
     band = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(band) == 2
