@@ -174,9 +174,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--big", action="store_true", help="only the 900-epoch memory check (≈ 1 min)")
     ap.add_argument("--against", metavar="ROOT", help="paired speed of this checkout against the package in ROOT")
+    ap.add_argument("--epochs", type=float, help="--against: epochs per run (default 9, --quick 1)")
     args = ap.parse_args()
     if args.against:
-        against(args.against, 1.0 if args.quick else 9.0, args.repeats)
+        against(args.against, args.epochs or (1.0 if args.quick else 9.0), args.repeats)
         return
     if args.table:
         table()
