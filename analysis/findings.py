@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .metrics import configuration_row, replicate_groups, within_intervals
-from .table import config_key, is_number, label, varying_keys
+from .table import config_key, format_cell, is_number, is_value, label, varying_keys
 
 Row = Mapping[str, Any]
 LR_POLICY = "optimizer.lr_policy"
@@ -479,6 +479,98 @@ def not_learned_finding(rows: Iterable[Row]) -> str | None:
             + ": final error no better than chance or than the first evaluation); their times are not results.")
 
 
+BANDWIDTH = "cluster.network.bandwidth_Bps"
+METHOD_KEYS = ("protocol", "protocol.compression", "protocol.local_steps", "protocol.outer_lr",
+               "protocol.outer_momentum", "protocol.fragments", "protocol.powersgd_rank")
+METHOD_NAMES = {"allreduce": "AllReduce-SGD", "local_sgd": "local SGD", "diloco": "DiLoCo"}
+
+
+def method_name(c: Config) -> str:
+    """How a configuration trains and averages: ``"DiLoCo + powersgd"``, ``"AllReduce-SGD"``
+    (protocol, then each swept method key that is not its default)."""
+    proto = str(c.get("protocol"))
+    name = METHOD_NAMES.get(proto, proto)
+    comp = c.get("protocol.compression")
+    if comp not in (None, "", "none"):
+        name += f" + {comp}"
+    for key in METHOD_KEYS[2:]:
+        v = c.get(key)
+        if is_value(v):
+            name += f" {key.rsplit('.', 1)[1]}={format_cell(v)}"
+    return name
+
+
+def rate(bps: float) -> str:
+    """A bandwidth in bytes/s as people say it: ``"1 MB/s (8 Mb/s)"``."""
+    def si(v: float, unit: str) -> str:
+        for k, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if v >= k:
+                return f"{v / k:.3g} {prefix}{unit}"
+        return f"{v:.3g} {unit}"
+    return f"{si(bps, 'B/s')} ({si(8 * bps, 'b/s')})"
+
+
+def bandwidth_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
+                      target: float | None = None) -> str | None:
+    """Where a sweep compares ways of training and averaging (protocols, compressions, …) across
+    the network's bandwidth: at each bandwidth (and each λ, μ), which method reaches the same
+    error first in every seed — the target when some method reached it in every seed (a run that
+    never does is never first), else the highest of their mean final errors — or that none does. Methods that did not learn in
+    every seed are named as such and never win. Left out without two methods and two bandwidths
+    of one configuration each."""
+    configs = configs_of(rows)
+    if not configs or any(not is_number(c.get(BANDWIDTH)) for c in configs):
+        return None
+    idx = curve_index(curves)
+    groups: dict[tuple, list[Config]] = {}
+    for c in configs:
+        groups.setdefault((c.get("learners"), c.get("minibatch"), c.get(BANDWIDTH)), []).append(c)
+    if len({k[2] for k in groups}) < 2 or any(len(g) < 2 for g in groups.values()):
+        return None
+    for g in groups.values():
+        if len({method_name(c) for c in g}) != len(g):  # another swept key: not one config per method
+            return None
+    n = max(c.n for c in configs)
+    parts: dict[tuple, list[str]] = {}
+    for (lam, mu, bw), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        ok = [c for c in g if c.all_learned()]
+        bad = [method_name(c) for c in g if not c.all_learned()]
+        tail = f"; {listing(bad)} did not learn in every seed" if bad else ""
+        if not ok:
+            parts.setdefault((lam, mu), []).append(f"at {rate(bw)} no method learned in every seed")
+            continue
+        # the target when some method reached it in every seed (the others: never), else the
+        # highest mean final error, which every method that learned reaches
+        reached = target is not None and any(all(is_number(r.get("time_to_target_s")) for r in c.runs) for c in ok)
+        level = target if reached and target is not None else max(c.mean("final_test_error") for c in ok)
+        seeds = sorted(set.intersection(*(set(c.by_seed()) for c in ok)), key=str)
+        times: dict[str, list[float]] = {}
+        for c in ok:
+            ts = []
+            for sd in seeds:
+                t = time_to(idx.get(str(c.by_seed()[sd].get("run_id")), []), level)
+                ts.append(math.inf if t is None else t)
+            times[method_name(c)] = ts
+        why = "the target" if reached else "the highest mean final error of the methods that learned"
+        winners = [m for m, ts in times.items()
+                   if all(t < min(o[i] for mm, o in times.items() if mm != m) for i, t in enumerate(ts))]
+        if winners and math.isfinite(max(times[winners[0]])):
+            w = winners[0]
+            second = min(((max(o), mm) for mm, o in times.items() if mm != w), default=(math.inf, ""))
+            nxt = (f"{second[1]} next, {span([t for t in times[second[1]] if math.isfinite(t)], secs)}"
+                   if math.isfinite(second[0]) else "no other method reaches it in every seed")
+            parts.setdefault((lam, mu), []).append(
+                f"at {rate(bw)} {w} ({span(times[w], secs)} to {pct(level)}, {why}; {nxt}){tail}")
+        else:
+            parts.setdefault((lam, mu), []).append(
+                f"at {rate(bw)} no method is first to {pct(level)} ({why}) in every seed{tail}")
+    seeds_text = f"in every one of {n} seeds" if n > 1 else "in its one seed"
+    out = []
+    for (lam, mu), ps in parts.items():
+        out.append(f"λ = {lam}, μ = {mu}: " + "; ".join(ps))
+    return (f"First to the same error, {seeds_text}, by network bandwidth — " + ". ".join(out) + ".")
+
+
 def findings(rows: Iterable[Row], curves: Iterable[Row] | None = None, test_size: int | None = None,
              target: float | None = None) -> list[str]:
     """The findings the rows support, most important first (see the module's rules)."""
@@ -490,7 +582,8 @@ def findings(rows: Iterable[Row], curves: Iterable[Row] | None = None, test_size
     multi = any(c.n > 1 for c in configs_of(rows))
     out = [staleness_finding(rows, curves, test_size, target),
            policy_finding(rows, test_size) if multi else None,
-           minibatch_finding(rows, test_size), not_learned_finding(rows)]
+           minibatch_finding(rows, test_size), bandwidth_finding(rows, curves, target),
+           not_learned_finding(rows)]
     return [s for s in out if s]
 
 
