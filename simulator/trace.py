@@ -26,7 +26,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -177,8 +177,8 @@ class TraceBuilder:
         self._g += row
         return len(kinds) - 1
 
-    def apply(self, node: int, version: int, grad_ops: list[int], weights: list[float],
-              staleness: list[int], t: float, epoch: float) -> int:
+    def apply(self, node: int, version: int, grad_ops: Sequence[int], weights: Sequence[float],
+              staleness: Sequence[int], t: float, epoch: float) -> int:
         """Record that (node, version) becomes version + 1 from ``grad_ops``."""
         if not len(grad_ops) == len(weights) == len(staleness):
             raise ValueError("apply: grad_ops, weights and staleness differ in length")
