@@ -106,20 +106,36 @@ LATE_DEFAULTS: dict[str, Any] = {
     "protocol.compression": "none",
     "protocol.powersgd_rank": 1,
     "protocol.powersgd_warmup": 0,
+    "protocol.library": None,
+    "cluster.server.aggregation": "none",
+    "cluster.server.placement": "dedicated",
+    "cluster.input.samples_per_s": None,
 }
 
 
 def elide_late_defaults(point: dict[str, Any]) -> dict[str, Any]:
     """``point`` (a copy of the tables it changes) without the :data:`LATE_DEFAULTS` keys that
-    hold their default value; a key set to anything else stays."""
+    hold their default value, and without a table that leaves empty; a key set to anything
+    else stays."""
     out = dict(point)
     for key, default in LATE_DEFAULTS.items():
-        table, leaf = key.split(".")
-        sub = out.get(table)
-        if isinstance(sub, dict) and leaf in sub and sub[leaf] == default and type(sub[leaf]) is type(default):
-            if sub is point.get(table):
-                sub = out[table] = dict(sub)
-            del sub[leaf]
+        *path, leaf = key.split(".")
+        node: Any = out
+        for table in path:
+            node = node.get(table) if isinstance(node, dict) else None
+        if not (isinstance(node, dict) and leaf in node and node[leaf] == default
+                and type(node[leaf]) is type(default)):
+            continue
+        chain, node = [], out
+        for table in path:  # copy the path's tables: the caller's point is left as it is
+            node[table] = dict(node[table])
+            chain.append((node, table))
+            node = node[table]
+        del node[leaf]
+        for parent, table in reversed(chain):
+            if parent[table]:
+                break
+            del parent[table]
     return out
 
 
