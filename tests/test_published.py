@@ -196,3 +196,21 @@ def test_library_jitter_makes_a_barrier_wait_for_the_slowest_of_n_draws() -> Non
     per_iter = sim.summary["sim_time_s"] / (sim.summary["gradients"] / n)
     assert per_iter == pytest.approx(e_max, rel=2e-4)
     assert e_max / mean - 1 == pytest.approx(1.42 * cv, rel=0.05)    # ≈ E[max of 8 normals] · σ
+
+
+def test_points_without_the_new_keys_keep_their_hash_and_header() -> None:
+    # truth: the same point with the four keys deleted by hand (as points were before they existed)
+    import copy
+
+    from ddlsim.scenarios.load import point_hash
+    from ddlsim.simulator.protocols.header import simulation_point
+
+    p = load_text(BASE).points()[0]
+    bare = copy.deepcopy(p)
+    del bare["protocol"]["library"], bare["cluster"]["server"]["aggregation"]
+    del bare["cluster"]["server"]["placement"], bare["cluster"]["input"]
+    assert point_hash(p) == point_hash(bare)
+    assert simulation_point(p) == simulation_point(bare)
+    assert "library" in p["protocol"]                                   # the caller's point is untouched
+    named = load_text(BASE + '[protocol]\nname = "allreduce"\nlibrary = "nccl"\n').points()[0]
+    assert simulation_point(named)["protocol"]["library"] == "nccl"
