@@ -13,6 +13,7 @@ even through imports inside functions.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +202,14 @@ def test_the_private_name_check_sees_each_form() -> None:
     # a private module from outside its package, in each spelling
     for src in ("from ..a._p import helper\n", "from ..a import _p\n", "import ddlsim.a._p\n"):
         assert private_uses(src, "ddlsim.c.m", False, mods) == {"ddlsim.a._p"}, src
+
+
+def test_the_pure_list_is_the_one_docs_design_states() -> None:
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    para = text.split("The **pure modules** are", 1)[1].split(";", 1)[0]
+    named = {m.strip("/").replace("/", ".") for m in re.findall(r"`([a-z_/]+)`", para)}
+    listed = {m.removeprefix("ddlsim.simulator.").split(".")[0] for m in PURE if m != "ddlsim.simulator"}
+    assert named == listed
 
 
 def test_the_allow_list_itself() -> None:
