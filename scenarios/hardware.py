@@ -103,8 +103,8 @@ def listing() -> str:
     lines = ["GPUs (cluster.gpu; images or sequences per second on one GPU, cluster.precision fp32 | mixed):"]
     for key, g in cat["gpu"].items():
         figures = [f"{p} {m} {e['per_s']:g}" for p in PRECISIONS for m, e in g.get(p, {}).items()]
-        lines.append(f"  {key:8s} {g['name']}; intra-node {g['intra']}")
-        lines.append(f"           {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
+        lines.append(f"  {key:12s} {g['name']}; intra-node {g['intra']}")
+        lines.append(f"               {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
     lines.append("Networks (cluster.network.preset):")
     for key, n in cat["network"].items():
         lines.append(f"  {key:12s} {n['bandwidth_Bps'] / 1e9:7.3g} GB/s  latency {n['latency_s'] * 1e6:5.3g} µs  "
