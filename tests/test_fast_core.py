@@ -198,3 +198,25 @@ def test_the_fast_engine_s_compute_draws_grow_with_the_run_not_with_the_learners
         fast = simulate(p, "fast")
     assert shapes[0] == (1024, math.ceil(1.25 * 1437 / 1024) + fast_ps.WORK_MARGIN) == (1024, 18)
     assert T.encode(fast.trace) == T.encode(simulate(p, "simpy").trace)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_eval_is_due_each_time_the_samples_cross_a_multiple_of_the_spacing(mode) -> None:
+    # every = 1000 / 4 = 250 samples, exact in binary: marks are the multiples of 250, so an
+    # eval is due exactly when ⌊samples / 250⌋ grows, and never at or past the end
+    due = prim("cadence_due", mode)
+    for end in (math.inf, 3_000):
+        mark, prev, seen = np.array([250.0]), 0, 0
+        for step in np.random.default_rng(4).integers(1, 400, 60):
+            samples = prev + int(step)
+            want = samples // 250 > prev // 250 and samples < end
+            assert due(mark, 0, 250.0, samples, end) == want
+            seen += want
+            if want:
+                assert mark[0] == (samples // 250 + 1) * 250
+            prev = samples
+        assert seen >= 5
+    # the shard layout by hand: 100 samples, 3 learners (shards of 33), μ = 4 (8 minibatches a
+    # shard): learner 2's 10th minibatch (k = 9) is the second of its shard in epoch 1
+    assert prim("shard_start", mode)(9, 2, 4, 100, 33, 8) == 100 + 2 * 33 + 1 * 4
+    assert prim("slice_start", mode)(9, 2, 3, 4) == (9 * 3 + 2) * 4
