@@ -172,7 +172,7 @@ def _trace(point: dict[str, Any], n: int, mu: int, spe: int, K: int, starts: np.
     ops["t_start"][a] = ops["t_end"][a] = after
     ops["epoch"][a] = epoch_after
     inputs["grad_op"][:] = g
-    inputs["weight"][:] = np.tile(allreduce_weights(n), K)
+    inputs["weight"].reshape(K, n)[:] = allreduce_weights(n)  # each round's weights
     # mixes: rows first_k + n + 1 … first_k + 2n − 1, node i ← node 0's version k + 1
     if n > 1:
         m = (first[:, None] + n + np.arange(1, n)).ravel()

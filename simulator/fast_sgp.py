@@ -62,13 +62,15 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray,
             cols: tuple) -> int:
     """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
-    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: τ, phases.
+    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: τ, phases, the arrival
+    ring's length R. ``arrived[j·R + k % R]``: messages of iteration k arrived at node j and not yet
+    counted into its mark; ``indeg[ph·n + j]``: how many node j receives at phase ph (flat, as
+    :func:`.protocols.gossip_rules.sgp_advance` reads them).
     Heap slots: ``i < n`` node i's compute (its k, v in ``ev_k``, ``ev_v``); ``n + m`` message m.
     """
     n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    tau, phases = gp[0], gp[1]
+    tau, phases, R = gp[0], gp[1], gp[2]
     every = fp[4]
-    R = arrived.shape[1]
     H = held.shape[1]
     n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
@@ -131,7 +133,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                     held[i, keep] = hm
                     keep += 1
             held_n[i] = keep
-            if _may_advance(_advance(i, K, phases, indeg, arrived, complete), k, tau):
+            if _may_advance(_advance(i, K, phases, n, R, indeg, arrived, complete), k, tau):
                 _next(i, k, now, K, it, done, blocked_at, pend, pend_t, st)
             else:
                 blocked_at[i] = k
@@ -144,8 +146,8 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
         # SGPRun._arrive
         j = m_i[m, 0]
         k_msg = m_i[m, 1]
-        arrived[j, k_msg % R] += 1
-        cc = _advance(j, K, phases, indeg, arrived, complete)
+        arrived[j * R + k_msg % R] += 1
+        cc = _advance(j, K, phases, n, R, indeg, arrived, complete)
         kb = blocked_at[j]
         if _mix_on_arrival(k_msg, kb):
             _mix_msg(st, cols, j, m, kb, now, m_i, m_f, free, version, spe)
@@ -158,10 +160,11 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             held_n[j] += 1
 
 
-def _advance(j: int, K: int, phases: int, indeg: np.ndarray, arrived: np.ndarray, complete: np.ndarray) -> int:
+def _advance(j: int, K: int, phases: int, n: int, R: int, indeg: np.ndarray, arrived: np.ndarray,
+             complete: np.ndarray) -> int:
     """SGPRun._advance: move node j's "every message of iterations ≤ c is in" mark
     (:func:`.protocols.gossip_rules.sgp_advance`)."""
-    c = _sgp_advance(arrived, j, complete[j], K, indeg, phases)
+    c = _sgp_advance(arrived, R, complete[j], K, indeg, phases, n, j)
     complete[j] = c
     return c
 
@@ -225,7 +228,8 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
 
     held_w, ring, size = _initial_sizes(n, tau, int(indeg.max()))
     run = fast_nodes.Run(point, K, size, 1 + 3 * n * K + sends, 5 + held_w, keep_trace)
-    gp = np.array([tau, phases], np.int64)
+    gp = np.array([tau, phases, ring], np.int64)
+    indeg_flat = indeg.reshape(-1)
     it, version, complete = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     blocked_at, done = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     t_start, block_start = np.zeros(n), np.zeros(n)
@@ -234,9 +238,9 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
     arrived = np.zeros((n, ring), np.int64)
     while True:
         ip, fp, st, fst, *draws = run.head()
-        status = _kernel(ip, gp, fp, st, fst, *draws, out_ptr, out_idx, indeg, coefs, run.links, it, t_start,
+        status = _kernel(ip, gp, fp, st, fst, *draws, out_ptr, out_idx, indeg_flat, coefs, run.links, it, t_start,
                          version, complete, blocked_at, block_start, done, ev_k, ev_v, run.pend, run.pend_t, held,
-                         held_n, arrived, *run.pool.arrays(), run.cols)
+                         held_n, arrived.reshape(-1), *run.pool.arrays(), run.cols)
         if status == DONE:
             break
         if run.grow(status):
@@ -245,6 +249,7 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
             held = np.concatenate([held, np.zeros_like(held)], axis=1)
         elif status == NEED_RING:  # the arrival counts of iterations complete + 1 …
             arrived = fast_nodes.doubled_ring(arrived, complete + 1)
+            gp[2] = arrived.shape[1]
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast SGP engine: unknown status {status}")
     return run.result(keep_trace)

@@ -77,6 +77,8 @@ from .compute import learner_clocks
 from .events import Wake
 from .protocols import GLOBAL_SLICE, SHARD, GossipRecorder
 from .protocols import gossip_rules as rules
+from .protocols.gossip_rules import (AVERAGE_COEF, KEPT_COEF, RECEIVED_SELF_COEF, adpsgd_staleness, sgp_advance,
+                                     sgp_may_advance, sgp_mix_at_boundary, sgp_mix_on_arrival)
 from .protocols.gossip import run_figures, trace_header
 from .resources import FifoServer
 from .trace import Trace, TraceBuilder
@@ -367,6 +369,7 @@ class ADPSGDRun(GossipRun):
         n = self.n
         self.rules = r = rules.ADPSGDRules.of_point(self.point, self.K)
         self.cands = r.cands
+        self.active = [r.active(i) for i in range(n)]
         self.picks = r.picks.tolist()
         self.iter = [0] * n
         self.t_start = [0.0] * n
@@ -395,13 +398,13 @@ class ADPSGDRun(GossipRun):
         j, i, v, t_sent = ev.payload
         now = self.env.now
         u = self.version[j]
-        self.rec.mix(j, i, v, rules.AVERAGE_COEF, rules.AVERAGE_COEF, t_sent, now)
+        self.rec.mix(j, i, v, AVERAGE_COEF, AVERAGE_COEF, t_sent, now)
         self.net.send(j, i, self._reply, (i, j, u, now))
 
     def _reply(self, ev: Wake) -> None:
         i, j, u, t_sent = ev.payload
         now = self.env.now
-        self.rec.mix(i, j, u, rules.AVERAGE_COEF, rules.AVERAGE_COEF, t_sent, now)
+        self.rec.mix(i, j, u, AVERAGE_COEF, AVERAGE_COEF, t_sent, now)
         self.averaged[i] = True
         if self.computed[i]:
             self.blocked_s += now - self.t_ready[i]
@@ -413,8 +416,7 @@ class ADPSGDRun(GossipRun):
             self._finish(i, now)
 
     def _finish(self, i: int, now: float) -> None:
-        self.rec.apply(i, self.gop[i], rules.adpsgd_staleness(self.version[i], self.read[i], bool(self.cands[i])),
-                       now)
+        self.rec.apply(i, self.gop[i], adpsgd_staleness(self.version[i], self.read[i], self.active[i]), now)
         k = self.iter[i] = self.iter[i] + 1
         if k < self.K:
             self._begin(i, now)
@@ -427,11 +429,12 @@ class SGPRun(GossipRun):
         n = self.n
         self.rules = r = rules.SGPRules.of_point(self.point)
         self.tau, self.phases, self.outs, self.indeg, self.coefs = r.tau, r.phases, r.outs, r.indeg, r.coefs
+        self.indeg_flat = [d for row in r.indeg for d in row]  # sgp_advance's form
         self.iter = [0] * n
         self.t_start = [0.0] * n
         self.held: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(n)]
-        # arrivals per iteration (sgp_advance's ring, of K slots: never wrapped)
-        self.arrived: list[list[int]] = [[0] * self.K for _ in range(n)]
+        # arrivals per node and iteration (sgp_advance's ring, of K slots per node: never wrapped)
+        self.arrived: list[int] = [0] * (n * self.K)
         self.complete = [-1] * n     # every message of iterations ≤ this has arrived
         self.blocked_at = [-1] * n   # boundary iteration the node waits at, or −1
         self.block_start = [0.0] * n
@@ -454,19 +457,19 @@ class SGPRun(GossipRun):
         send, arrive = self.net.send, self._arrive
         for j in self.outs[ph][i]:
             send(i, j, arrive, (j, k, i, sent, coef, now))
-        self.rec.mix(i, i, sent, rules.KEPT_COEF, coef, now, now)  # keep one share
+        self.rec.mix(i, i, sent, KEPT_COEF, coef, now, now)  # keep one share
         # the boundary of iteration k: mix what arrived, then go on or wait
         held = self.held[i]
         if held:
             keep = []
-            at_boundary = rules.sgp_mix_at_boundary
+            at_boundary = sgp_mix_at_boundary
             for msg in held:
                 if at_boundary(msg[0], k):
                     self._mix_msg(i, msg, k, now)
                 else:
                     keep.append(msg)
             self.held[i] = keep
-        if rules.sgp_may_advance(self._advance(i), k, self.tau):
+        if sgp_may_advance(self._advance(i), k, self.tau):
             self._next(i, k, now)
         else:
             self.blocked_at[i] = k
@@ -474,12 +477,13 @@ class SGPRun(GossipRun):
 
     def _advance(self, j: int) -> int:
         """Move node ``j``'s "all messages of iterations ≤ c are in" mark as far as it goes."""
-        c = self.complete[j] = rules.sgp_advance(self.arrived, j, self.complete[j], self.K, self.indeg, self.phases)
+        c = self.complete[j] = sgp_advance(self.arrived, self.K, self.complete[j], self.K, self.indeg_flat,
+                                           self.phases, self.n, j)
         return c
 
     def _mix_msg(self, i: int, msg: tuple[int, int, int, float, float], k_now: int, now: float) -> None:
         k_msg, src, src_version, coef, t_sent = msg
-        self.rec.mix(i, src, src_version, coef, rules.RECEIVED_SELF_COEF, t_sent, now)
+        self.rec.mix(i, src, src_version, coef, RECEIVED_SELF_COEF, t_sent, now)
         self.delay_sum += k_now - k_msg
         self.delay_count += 1
 
@@ -494,13 +498,13 @@ class SGPRun(GossipRun):
     def _arrive(self, ev: Wake) -> None:
         j, k_msg, src, src_version, coef, t_sent = ev.payload
         now = self.env.now
-        self.arrived[j][k_msg] += 1
+        self.arrived[j * self.K + k_msg] += 1
         c = self._advance(j)
         kb = self.blocked_at[j]
         msg = (k_msg, src, src_version, coef, t_sent)
-        if rules.sgp_mix_on_arrival(k_msg, kb):  # waiting at a boundary (or finished): mix on arrival
+        if sgp_mix_on_arrival(k_msg, kb):  # waiting at a boundary (or finished): mix on arrival
             self._mix_msg(j, msg, kb, now)
-            if not self.done[j] and rules.sgp_may_advance(c, kb, self.tau):
+            if not self.done[j] and sgp_may_advance(c, kb, self.tau):
                 self.blocked_at[j] = -1
                 self.blocked_s += now - self.block_start[j]
                 self._next(j, kb, now)

@@ -52,21 +52,23 @@ def test_sgp_boundary_rules() -> None:
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_sgp_mark_moves_over_complete_iterations_only(compiled: bool) -> None:
-    # Truth by hand: node 1 receives 2 messages at even iterations, 1 at odd ones; iterations 0
-    # (2 in), 1 (1 in), 2 (1 of 2) and 3 (1 in) on a ring of 4: the mark moves to 1 and clears
-    # the slots of 0 and 1; iteration 2 is incomplete, so 3 waits though complete.
+    # Truth by hand: node 1 of 2 receives 2 messages at even iterations, 1 at odd ones;
+    # iterations 0 (2 in), 1 (1 in), 2 (1 of 2) and 3 (1 in) on a ring of 4: the mark moves to 1
+    # and clears the slots of 0 and 1; iteration 2 is incomplete, so 3 waits though complete.
     if compiled and numba is None:  # pragma: no cover
         pytest.skip("numba is not installed")
-    indeg: Any = [[0, 2], [0, 1]]
-    arrived: Any = [[0, 0, 0, 0], [2, 1, 1, 1]]
+    indeg: Any = [0, 2, 0, 1]                # phase-major: [phase 0: node 0, node 1; phase 1: …]
+    arrived: Any = [0, 0, 0, 0, 2, 1, 1, 1]  # node-major rings of 4
     fn = R.sgp_advance
     if compiled:  # the kernel's form: NumPy arrays, the function compiled by numba
         fn = numba.njit(cache=True, nogil=True)(R.sgp_advance)  # as the fast engine compiles it
         indeg, arrived = np.array(indeg, np.int64), np.array(arrived, np.int64)
-    assert fn(arrived, 1, -1, 6, indeg, 2) == 1 and [int(x) for x in arrived[1]] == [0, 0, 1, 1]
-    assert fn(arrived, 1, 1, 6, indeg, 2) == 1  # nothing more came: the mark stays
+    assert fn(arrived, 4, -1, 6, indeg, 2, 2, 1) == 1 and [int(x) for x in arrived] == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert fn(arrived, 4, 1, 6, indeg, 2, 2, 1) == 1  # nothing more came: the mark stays
+    arrived[6] += 1  # the second message of iteration 2: the mark passes 2 and 3
+    assert fn(arrived, 4, 1, 6, indeg, 2, 2, 1) == 3 and [int(x) for x in arrived[4:]] == [0, 0, 0, 0]
     # the last iteration bounds the mark (K = 2: iterations 0 and 1 only)
-    assert R.sgp_advance([[0], [1, 1, 0, 0]], 1, -1, 2, [[0, 1], [0, 1]], 2) == 1
+    assert R.sgp_advance([0, 0, 1, 1], 2, -1, 2, [0, 1, 0, 1], 2, 2, 1) == 1
 
 
 def test_dpsgd_rules_on_the_ring() -> None:

@@ -71,16 +71,15 @@ def sgp_mix_on_arrival(k_msg: int, waiting_at: int) -> bool:
     return waiting_at >= k_msg
 
 
-def sgp_advance(arrived: Any, j: int, c: int, K: int, indeg: Any, phases: int) -> int:
+def sgp_advance(arrived: Any, R: int, c: int, K: int, indeg: Any, phases: int, n: int, j: int) -> int:
     """SGP: node ``j``'s mark "every message of iterations ≤ c has arrived", moved as far as it
-    goes. ``arrived[j][k % R]``: messages of iteration ``k`` arrived at ``j`` and not yet counted
-    into the mark (a ring of ``R`` iterations; its slots are cleared as the mark passes them);
-    ``indeg[k % phases][j]``: how many node ``j`` receives at iteration ``k``. Lists or NumPy
-    arrays (numba compiles it for the latter)."""
-    row = arrived[j]
-    R = len(row)
-    while c + 1 < K and row[(c + 1) % R] >= indeg[(c + 1) % phases][j]:
-        row[(c + 1) % R] = 0
+    goes (K iterations). ``arrived[j·R + k % R]``: messages of iteration ``k`` arrived at ``j`` and
+    not yet counted into the mark (a ring of ``R`` iterations per node, flat; its slots are cleared
+    as the mark passes them); ``indeg[(k % phases)·n + j]``: how many node ``j`` receives at
+    iteration ``k`` (flat). Lists or 1-D NumPy arrays (numba compiles it for the latter)."""
+    base = j * R
+    while c + 1 < K and arrived[base + (c + 1) % R] >= indeg[((c + 1) % phases) * n + j]:
+        arrived[base + (c + 1) % R] = 0
         c += 1
     return c
 
