@@ -2,10 +2,11 @@
 recorder's rows and the transport, transcribed from :class:`.protocols.GossipRecorder` and
 :class:`.gossip.Transport`, and the Python side's buffers and figures.
 
-Kernel state every one of them keeps at the same places: ``st`` (int) n_ops 0, n_inputs 1,
-heap size 2, schedule counter 3, samples applied 4, grads 5, applies 6, messages 7, delay sum
-8, delay count 9, need 10, last op kind 11, free message slots 12, pending begins head 13 and
-tail 14; ``fst`` (float) next eval 0, compute seconds 1, blocked seconds 2, bytes sent 3, now 4.
+Kernel state every one of them keeps at the same places (by the ``ST_*`` and ``FS_*`` names
+below): ``st`` (int) n_ops 0, n_inputs 1, heap size 2, schedule counter 3, samples applied
+4, grads 5, applies 6, messages 7, delay sum 8, delay count 9, need 10, last op kind 11, free
+message slots 12, pending begins head 13 and tail 14; ``fst`` (float) next eval 0, compute
+seconds 1, blocked seconds 2, bytes sent 3, now 4.
 The trace columns travel as one tuple (:data:`COLUMNS` order). Messages live in a pool
 (``m_i``: destination, iteration, source, source version, link-in row, state; ``m_f``:
 coefficient, send time, transfer seconds) with a stack of free slots; heap slot ``n + m`` is
@@ -33,6 +34,13 @@ from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 ENTER, DELIVER = 0, 1                 # message states
 
+# the kernels' state, one layout (the module doc): ``st`` (int) and ``fst`` (float) by these names
+(ST_N_OPS, ST_N_INPUTS, ST_HEAP, ST_COUNTER, ST_SAMPLES, ST_GRADS, ST_APPLIES, ST_MESSAGES, ST_DELAY_SUM,
+ ST_DELAY_COUNT, ST_NEED, ST_LAST_KIND, ST_FREE, ST_PEND_HEAD, ST_PEND_TAIL) = range(15)
+ST_SIZE = 15
+FS_NEXT_EVAL, FS_COMPUTE, FS_BLOCKED, FS_BYTES, FS_NOW = range(5)
+FS_SIZE = 5
+
 
 def covers(point: dict[str, Any], protocol: str) -> str | None:
     """None when the fast engine of ``protocol`` simulates ``point`` exactly; else why not."""
@@ -51,8 +59,8 @@ COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_no
 def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb: float, mu: int, spe: int,
              shard_len: int, per_epoch: int) -> int:
     """GossipRecorder.grad: node i's k-th minibatch (its shard) on its version v; the row."""
-    st[5] += 1
-    r = st[0]
+    st[ST_GRADS] += 1
+    r = st[ST_N_OPS]
     cols[0][r] = GRAD
     cols[1][r] = i
     cols[3][r] = i
@@ -62,9 +70,9 @@ def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb:
     cols[7][r] = k
     cols[8][r] = ta
     cols[9][r] = tb
-    cols[10][r] = st[4] / spe
-    st[0] = r + 1
-    st[11] = GRAD
+    cols[10][r] = st[ST_SAMPLES] / spe
+    st[ST_N_OPS] = r + 1
+    st[ST_LAST_KIND] = GRAD
     return r
 
 
@@ -72,43 +80,43 @@ def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb:
 def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, stale: int, t: float,
               version: np.ndarray, mu: int, spe: int, every: float, cad_end: int) -> None:
     """GossipRecorder.apply: node i applies gradient ``gop``; then the eval cadence."""
-    st[4] += mu
-    st[6] += 1
-    r = st[0]
+    st[ST_SAMPLES] += mu
+    st[ST_APPLIES] += 1
+    r = st[ST_N_OPS]
     cols[0][r] = APPLY
     cols[1][r] = i
     cols[2][r] = version[i]
-    cols[13][r] = st[1]
+    cols[13][r] = st[ST_N_INPUTS]
     cols[14][r] = 1
     cols[8][r] = t
     cols[9][r] = t
-    cols[10][r] = st[4] / spe
-    cols[15][st[1]] = gop
-    cols[16][st[1]] = 1.0
-    cols[17][st[1]] = stale
-    st[1] += 1
-    st[0] = r + 1
-    st[11] = APPLY
+    cols[10][r] = st[ST_SAMPLES] / spe
+    cols[15][st[ST_N_INPUTS]] = gop
+    cols[16][st[ST_N_INPUTS]] = 1.0
+    cols[17][st[ST_N_INPUTS]] = stale
+    st[ST_N_INPUTS] += 1
+    st[ST_N_OPS] = r + 1
+    st[ST_LAST_KIND] = APPLY
     version[i] += 1
-    samples = st[4]
-    if not cadence_due(fst, 0, every, samples, cad_end):  # EvalCadence.due, with its end
+    samples = st[ST_SAMPLES]
+    if not cadence_due(fst, FS_NEXT_EVAL, every, samples, cad_end):  # EvalCadence.due, with its end
         return
-    r = st[0]
+    r = st[ST_N_OPS]
     cols[0][r] = EVAL
     cols[1][r] = AVERAGE
     cols[2][r] = AVERAGE
     cols[8][r] = t
     cols[9][r] = t
     cols[10][r] = samples / spe
-    st[0] = r + 1
-    st[11] = EVAL
+    st[ST_N_OPS] = r + 1
+    st[ST_LAST_KIND] = EVAL
 
 
 @kernel
 def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc: float, ta: float, tb: float,
             version: np.ndarray, spe: int) -> None:
     """GossipRecorder.mix: x_i ← sc·x_i + c·x_src(sv)."""
-    r = st[0]
+    r = st[ST_N_OPS]
     cols[0][r] = MIX
     cols[1][r] = i
     cols[2][r] = version[i]
@@ -116,11 +124,11 @@ def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc
     cols[4][r] = sv
     cols[8][r] = ta
     cols[9][r] = tb
-    cols[10][r] = st[4] / spe
+    cols[10][r] = st[ST_SAMPLES] / spe
     cols[11][r] = c
     cols[12][r] = sc
-    st[0] = r + 1
-    st[11] = MIX
+    st[ST_N_OPS] = r + 1
+    st[ST_LAST_KIND] = MIX
     version[i] += 1
 
 
@@ -131,14 +139,14 @@ def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int
     """Transport.send of one message from node i to node j now (a pool slot must be free).
     ``fp``: tx, lat, intra_tx, intra_lat, every, message bytes."""
     nodes = (links.shape[0] - (2 * n if g > 1 else 0)) // 2
-    st[7] += 1
+    st[ST_MESSAGES] += 1
     if g > 1 and i // g == j // g:
         out_row, in_row, tx, lat = 2 * nodes + i, 2 * nodes + n + j, fp[2], fp[3]
     else:
-        fst[3] += fp[5]
+        fst[FS_BYTES] += fp[5]
         out_row, in_row, tx, lat = i // g, nodes + j // g, fp[0], fp[1]
-    st[12] -= 1
-    m = free[st[12]]
+    st[ST_FREE] -= 1
+    m = free[st[ST_FREE]]
     m_i[m, 0] = j
     m_i[m, 1] = k
     m_i[m, 2] = i
@@ -156,8 +164,8 @@ def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int
         if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
             delay = 0.0
         at = now + delay
-    st[2] = heap_push(ht, hk, hs, st[2], at, st[3], n + m)
-    st[3] += 1
+    st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], at, st[ST_COUNTER], n + m)
+    st[ST_COUNTER] += 1
 
 
 @kernel
@@ -168,29 +176,29 @@ def enter(st: np.ndarray, m: int, now: float, n: int, links: np.ndarray, m_i: np
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
     m_i[m, 5] = DELIVER
-    st[2] = heap_push(ht, hk, hs, st[2], now + delay, st[3], n + m)
-    st[3] += 1
+    st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], n + m)
+    st[ST_COUNTER] += 1
 
 
 @kernel
 def queue_begin(i: int, now: float, pend: np.ndarray, pend_t: np.ndarray, st: np.ndarray) -> None:
     """Node i begins its next iteration now: at the top of the kernel's loop (its handler
     schedules nothing after it, so the schedule order is SimPy's)."""
-    pend[st[14] % pend.shape[0]] = i
+    pend[st[ST_PEND_TAIL] % pend.shape[0]] = i
     pend_t[i] = now
-    st[14] += 1
+    st[ST_PEND_TAIL] += 1
 
 
 @kernel
 def draws_short(i: int, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, spos: np.ndarray,
                 slen: np.ndarray, st: np.ndarray) -> int:
     """Before node i begins a minibatch: NEED_WORK or NEED_STALL when its draws run short (the
-    node noted in ``st[10]``), else 0."""
+    node noted in ``st[ST_NEED]``), else 0."""
     if wpos[i] >= wlen[i]:
-        st[10] = i
+        st[ST_NEED] = i
         return NEED_WORK
     if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
-        st[10] = i
+        st[ST_NEED] = i
         return NEED_STALL
     return 0
 
@@ -208,7 +216,7 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
     else:
         work = wdraw[i, wpos[i]]
         wpos[i] += 1
-        fst[1] += work
+        fst[FS_COMPUTE] += work
         end = finish_work(i, t, work, stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
     if end < 0.0:
         walk[i, 0] = 1.0
@@ -217,8 +225,8 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
     delay = end - now
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
-    st[2] = heap_push(ht, hk, hs, st[2], now + delay, st[3], i)
-    st[3] += 1
+    st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
+    st[ST_COUNTER] += 1
     return True
 
 
@@ -228,14 +236,14 @@ def rows_short(st: np.ndarray, n_ops: int, n_inputs: int, margin: int) -> bool:
     room for what it writes (at most ``margin`` − 1 ops and one input, the run's final eval
     kept in reserve). (The kernel reads the sizes once per call: passing the columns' tuple
     to a compiled function per event costs a third of an SGP run.)"""
-    return st[0] + margin > n_ops or st[1] + 2 > n_inputs
+    return st[ST_N_OPS] + margin > n_ops or st[ST_N_INPUTS] + 2 > n_inputs
 
 
 @kernel
 def release(st: np.ndarray, m: int, free: np.ndarray) -> None:
     """Message m's slot goes back to the pool."""
-    free[st[12]] = m
-    st[12] += 1
+    free[st[ST_FREE]] = m
+    st[ST_FREE] += 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,12 +275,12 @@ class Pool:
         P = self.m_i.shape[0]
         self.m_i = np.concatenate([self.m_i, np.zeros_like(self.m_i)])
         self.m_f = np.concatenate([self.m_f, np.zeros_like(self.m_f)])
-        top = int(st[12])
+        top = int(st[ST_FREE])
         bigger = np.zeros(2 * P, np.int64)
         bigger[:top] = self.free[:top]
         bigger[top:top + P] = np.arange(P, 2 * P)
         self.free = bigger
-        st[12] = top + P
+        st[ST_FREE] = top + P
         self.ht, self.hk, self.hs = (np.concatenate([h, np.zeros(P, h.dtype)]) for h in (self.ht, self.hk, self.hs))
 
     def arrays(self) -> tuple:
@@ -304,16 +312,16 @@ class Run:
         self.stall, self.stall_draws, self.fp[6], self.fp[7] = stall_state(point, self.clocks, CHUNK)
         self.walk = np.zeros((n, 8))  # a minibatch's stall walk that ran out of draws (start_compute)
         self.pend, self.pend_t = np.arange(n, dtype=np.int64), np.zeros(n)
-        self.st[14] = n
+        self.st[ST_PEND_TAIL] = n
         self.pool = Pool(n, pool_size)
-        self.st[12] = pool_size
+        self.st[ST_FREE] = pool_size
         evals = min(n * K, int(K * n * point["cluster"]["minibatch"] / self.fp[4])) + 3  # ≤ one per apply
         n_ops, n_inputs = rows + evals + margin, n * K + 2
         if not keep_trace:
             n_ops, n_inputs = min(n_ops, max(FLUSH_OPS, 2 * margin)), min(n_inputs, FLUSH_OPS)
         self.ops, self.inputs = trace_columns(n_ops, n_inputs)
         self.cols = columns_tuple(self.ops, self.inputs)
-        self.st[0], self.st[11] = 1, EVAL
+        self.st[ST_N_OPS], self.st[ST_LAST_KIND] = 1, EVAL
         self.hist: list[tuple[int, int]] = []      # folded rows (summary-only)
         self.evals: list[tuple[float, float]] = []
 
@@ -325,7 +333,7 @@ class Run:
 
     def grow(self, status: int) -> bool:
         """Give the kernel what a shared status asks for; False for another status."""
-        x = int(self.st[10])
+        x = int(self.st[ST_NEED])
         if status == NEED_WORK:
             self.work.grow_row(x, np.asarray(self.clocks[x].draws._fn(CHUNK), dtype=np.float64))
         elif status == NEED_POOL:
@@ -343,7 +351,7 @@ class Run:
         fold), or the rows so far folded into the histogram and the schedule and the columns
         blank again from row 0 (the rows' numbers are only written, never read back: a grad
         op's number in its apply)."""
-        n_ops, n_in = int(self.st[0]), int(self.st[1])
+        n_ops, n_in = int(self.st[ST_N_OPS]), int(self.st[ST_N_INPUTS])
         self.ops, self.inputs, self.hist, folded = make_room(self.keep, self.ops, self.inputs, n_ops, n_in,
                                                              self.hist, self.evals)
         if not folded:
@@ -353,7 +361,7 @@ class Run:
         for table, blank, used in ((self.ops, blank_ops, n_ops), (self.inputs, blank_in, n_in)):
             for k, v in table.items():
                 v[:used] = blank[k][0]
-        self.st[0] = self.st[1] = 0
+        self.st[ST_N_OPS] = self.st[ST_N_INPUTS] = 0
 
     def result(self, keep_trace: bool) -> tuple[Any, dict[str, Any], list[tuple[int, int]],
                                                 list[tuple[float, float]], str]:
@@ -376,8 +384,9 @@ def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray
     fp = np.array([transfer_time(mbytes, bw), net["latency_s"] + net["overhead_s"],
                    transfer_time(mbytes, ibw), net["intra_latency_s"] + net["overhead_s"],
                    cad.every, mbytes, 0.0, 0.0])
-    st = np.zeros(15, np.int64)
-    fst = np.array([cad.next, 0.0, 0.0, 0.0, 0.0])
+    st = np.zeros(ST_SIZE, np.int64)
+    fst = np.zeros(FS_SIZE)
+    fst[FS_NEXT_EVAL] = cad.next
     return ip, fp, st, fst, 2 * (n // g) + (2 * n if g > 1 else 0)
 
 
@@ -402,21 +411,23 @@ def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links
     (``folded_*``: the histogram and schedule of rows already folded away, summary-only runs)."""
     cl, spe = point["cluster"], point["workload"]["samples_per_epoch"]
     n, g = cl["learners"], cl["gpus_per_node"]
-    T = float(fst[4])
-    if st[11] != EVAL:
-        r = int(st[0])
+    T = float(fst[FS_NOW])
+    if st[ST_LAST_KIND] != EVAL:
+        r = int(st[ST_N_OPS])
         ops["kind"][r], ops["node"][r], ops["version"][r] = EVAL, AVERAGE, AVERAGE
         ops["t_start"][r] = ops["t_end"][r] = T
-        ops["epoch"][r] = int(st[4]) / spe
-        st[0] += 1
-    n_ops = int(st[0])
+        ops["epoch"][r] = int(st[ST_SAMPLES]) / spe
+        st[ST_N_OPS] += 1
+    n_ops = int(st[ST_N_OPS])
     ops = {k: v[:n_ops] for k, v in ops.items()}
-    trace = Trace(trace_header(point, layout), ops, {k: v[:int(st[1])] for k, v in inputs.items()}) \
+    trace = Trace(trace_header(point, layout), ops, {k: v[:int(st[ST_N_INPUTS])] for k, v in inputs.items()}) \
         if keep_trace else None
     schedule = list(folded_evals)
-    hist = fold_rows(folded_hist, schedule, ops, inputs, n_ops, int(st[1]))
+    hist = fold_rows(folded_hist, schedule, ops, inputs, n_ops, int(st[ST_N_INPUTS]))
     nodes = n // g
     util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
-    summary = run_figures(n, K, T, int(st[5]), int(st[6]), float(fst[1]), util(links[nodes:2 * nodes]),
-                          util(links[:nodes]), float(fst[3]), int(st[7]), float(fst[2]), int(st[8]), int(st[9]))
+    summary = run_figures(n, K, T, int(st[ST_GRADS]), int(st[ST_APPLIES]), float(fst[FS_COMPUTE]),
+                          util(links[nodes:2 * nodes]), util(links[:nodes]), float(fst[FS_BYTES]),
+                          int(st[ST_MESSAGES]), float(fst[FS_BLOCKED]), int(st[ST_DELAY_SUM]),
+                          int(st[ST_DELAY_COUNT]))
     return trace, summary, hist, schedule, sim_id(point)
