@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from .trace import blank_columns, eval_schedule
 try:  # numba is a dependency; without it (an unusual install) the fast engines are unavailable
     import numba
 except ImportError:  # pragma: no cover
-    numba = None
+    numba = None  # type: ignore[assignment]
 
 PLAIN = os.environ.get("DDLSIM_NO_NUMBA", "") not in ("", "0")  # run the kernels as plain Python
 
@@ -61,7 +61,7 @@ def kernel(fn: F | None = None, *, python: bool = False) -> Any:
     def wrap(f: F) -> F:
         if python or PLAIN or numba is None:
             return f
-        return numba.njit(cache=True, nogil=True, error_model="numpy")(f)
+        return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
     return wrap if fn is None else wrap(fn)
 
 
