@@ -117,6 +117,12 @@ def node(point: dict[str, Any], rank: int, out: str) -> None:
     _gather_and_write(me, K, epoch0, out)
 
 
+def _wait(work: dist.Work | None) -> None:
+    """Wait for a point-to-point request (``isend``/``irecv`` in the default group return one)."""
+    assert work is not None
+    work.wait()
+
+
 def _allreduce(me: Node, K: int) -> None:
     n, mu = me.n, me.mu
     weights = allreduce_weights(n)
@@ -159,15 +165,15 @@ def _sgp(me: Node, K: int) -> None:
         # τ = 0: the node goes on when every message of iteration k is in (sgp_may_advance)
         for j in rules.senders(i, k):
             h, xs = torch.zeros(3, dtype=torch.float64), torch.zeros_like(me.x)
-            dist.irecv(h, j, tag=2 * k).wait()
-            dist.irecv(xs, j, tag=2 * k + 1).wait()
+            _wait(dist.irecv(h, j, tag=2 * k))
+            _wait(dist.irecv(xs, j, tag=2 * k + 1))
             src_version, ws, cj, sc = int(h[0]), float(h[1]), float(h[2]), RECEIVED_SELF_COEF
             me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=cj)  # = the replay's mix
             me.w = sc * me.w + cj * ws
             me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, sc))
             me.version += 1
         for r in reqs:
-            r.wait()
+            _wait(r)
 
 
 def _dpsgd(me: Node, K: int) -> None:
@@ -204,8 +210,8 @@ def _dpsgd(me: Node, K: int) -> None:
             g, t0, t1 = me.gradient(start)
             me.log.append((t1, "grad", i, v, start, k, t0))
         for (j, wij, sc), (h, xs), (rh, rx) in zip(plan, inbox, recvs):
-            rh.wait()
-            rx.wait()
+            _wait(rh)
+            _wait(rx)
             me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=wij)  # = the replay's mix
             me.w = sc * me.w + wij * float(h[1])
             me.log.append((time.monotonic(), "mix", i, me.version, j, int(h[0]), wij, sc))
@@ -213,7 +219,7 @@ def _dpsgd(me: Node, K: int) -> None:
         if not rules.blocking:
             step(g, k)
         for r in reqs:
-            r.wait()
+            _wait(r)
 
 
 def _gather_and_write(me: Node, K: int, epoch0: float, out: str) -> None:

@@ -119,7 +119,8 @@ class Transport:
             self.intra_in = [FifoServer(f"gpu{i}.in") for i in range(n)]
         self.bytes_sent = 0.0
         self.messages = 0
-        self._schedule = env.schedule
+        # SimPy's schedule, given a Wake in place of an event (its step reads only callbacks and _ok)
+        self._schedule: Callable[[Wake, int, float], None] = env.schedule  # type: ignore[assignment]
 
     def send(self, src: int, dst: int, deliver: Callable[[Wake], None], payload: Any) -> None:
         """Send one message of ``message_bytes`` from worker ``src`` to worker ``dst`` now."""
@@ -170,6 +171,11 @@ class GossipRun:
     """
 
     layout = SHARD
+    # per node, kept by the engines that compute freely (D-PSGD, AD-PSGD; _gradient_ready)
+    gop: list[int]
+    t_start: list[float]
+    t_ready: list[float]
+    computed: list[bool]
 
     def __init__(self, point: dict[str, Any]) -> None:
         self.point = point
@@ -184,7 +190,7 @@ class GossipRun:
         self.peers = proto["peers"]
         self.overlap = proto["overlap"]
         self.env = simpy.Environment()
-        self._schedule = self.env.schedule
+        self._schedule: Callable[[Wake, int, float], None] = self.env.schedule  # type: ignore[assignment]
         self.net = Transport(self.env, n, net["latency_s"], net["bandwidth_Bps"],
                              wl["param_count"] * net["bytes_per_param"], gpus_per_node=cl["gpus_per_node"],
                              overhead_s=net["overhead_s"], intra_latency_s=net["intra_latency_s"],
