@@ -515,9 +515,9 @@ def bandwidth_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
     """Where a sweep compares ways of training and averaging (protocols, compressions, …) across
     the network's bandwidth: at each bandwidth (and each λ, μ), which method reaches the same
     error first in every seed — the target when some method reached it in every seed (a run that
-    never does is never first), else the highest of their mean final errors — or that none does. Methods that did not learn in
-    every seed are named as such and never win. Left out without two methods and two bandwidths
-    of one configuration each."""
+    never does is never first), else the highest of their mean final errors — or that none does.
+    Methods that did not learn in every seed are named as such and never win. Left out without two
+    methods and two bandwidths of one configuration each."""
     configs = configs_of(rows)
     if not configs or any(not is_number(c.get(BANDWIDTH)) for c in configs):
         return None

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..simulator.catalog import DATASETS, MODELS
 from ..simulator.collectives import ALGORITHMS
@@ -95,7 +96,7 @@ def _check_path(value: Any) -> str | None:
     return None if value.strip() else "an empty path names no file"
 
 
-def _f(key: str, default: float, doc: str, unit: str = "", **kw: Any) -> Field:
+def _f(key: str, default: float | None, doc: str, unit: str = "", **kw: Any) -> Field:
     return Field(key, "float", default, doc, unit, **kw)
 
 

@@ -163,7 +163,8 @@ def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     t_start, t_ready = np.zeros(n), np.zeros(n)
     while True:
         ip, fp, st, fst, *draws = run.head()
-        status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,
+        # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
+        status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,  # type: ignore[call-arg]
                          computed, averaged, version, ev_k, ev_v, run.pend, run.pend_t, *run.pool.arrays(), run.cols)
         if status == DONE:
             break

@@ -125,7 +125,7 @@ def simulate_allreduce_fast(point: dict[str, Any], keep_trace: bool = True
     if final:
         schedule.append((T, K * n * mu / spe))
 
-    trace = _trace(point, n, mu, spe, K, starts, ready, evals_after, final) if keep_trace else None
+    trace = _trace(point, n, mu, spe, K, starts, ready, evals_after, final) if ready is not None else None
     nodes = fabric.nodes
     util = (min(1.0, nic_busy / T) if T > 0 else 0.0) if n > 1 else 0.0
     link = float(np.mean([util] * nodes))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from heapq import heappush
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -85,10 +86,11 @@ class PSRun:
         self.agg_arrive = [0.0] * len(self.agg_links)
         self.clocks = learner_clocks(point, lam)
         self.env = simpy.Environment()
-        self._schedule = self.env.schedule
+        self._schedule: Callable[[Wake, int, float], None] = self.env.schedule  # type: ignore[assignment]
         self._queue, self._ids = event_queue(self.env)
         self.wakes = [Wake(self._send, None) for _ in range(lam)]  # each learner's, re-armed (_pull)
-        self._on_send, self._on_processed = [self._send], [self._processed_one]
+        self._on_send: list[Callable[[Wake], None]] = [self._send]
+        self._on_processed: list[Callable[[Wake], None]] = [self._processed_one]
         self.compute_s = 0.0
         self.end_time = 0.0
 

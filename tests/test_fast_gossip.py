@@ -123,7 +123,8 @@ def test_the_fast_gossip_engines_grow_their_buffers_as_the_run_asks(protocol) ->
         return status
 
     with patch.object(fast_nodes, "CHUNK", 3), patch.object(fast_ps, "CHUNK", 3), \
-            patch.object(fast_nodes, "Buffers", lambda rows, cap: real(rows, 2)), patch.object(module, name, smallest), \
+            patch.object(fast_nodes, "Buffers", lambda rows, cap: real(rows, 2)), \
+            patch.object(module, name, smallest), \
             patch.object(module, "_kernel", recording), patch.object(fast_nodes, "trace_columns", small_columns):
         fast = simulate(p, "fast")
     assert statuses == expected | {fast_nodes.DONE}

@@ -21,5 +21,5 @@ from .ps import PSCore, gradients_per_update, total_gradients
 
 __all__ = ["EvalCadence", "GOSSIP", "GOSSIP_PROTOCOLS", "PROTOCOLS", "PS", "PS_PROTOCOLS", "SPECS",
            "ProtocolSpec", "is_ps", "live_refusal", "spec_of", "AVERAGE", "GossipRecorder", "iterations",
-           "GLOBAL_SLICE", "SHARD", "clean_point", "header_for", "sim_id", "simulation_point", "PSCore", "gradients_per_update",
-           "total_gradients"]
+           "GLOBAL_SLICE", "SHARD", "clean_point", "header_for", "sim_id", "simulation_point", "PSCore",
+           "gradients_per_update", "total_gradients"]

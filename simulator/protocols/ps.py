@@ -1,6 +1,6 @@
 """The parameter-server rules, without time: who computes what, what is applied, who goes next.
 
-DESIGN.md's semantics: a learner pulls the weights (version ``j``), computes a gradient on
+docs/design.md's semantics: a learner pulls the weights (version ``j``), computes a gradient on
 its next minibatch, pushes it and blocks until the server has *processed* it (applied it, or
 added it to the pending accumulation); then it pulls again. The server applies the average
 of every ``c`` processed gradients (:meth:`.catalog.ProtocolSpec.gradients_per_update`),
