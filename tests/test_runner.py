@@ -159,19 +159,19 @@ def test_a_relative_out_reaches_workers_in_another_directory(tmp_path: Path, mon
     # moving to another directory, as a remote worker would be.
     import os
 
-    real = runner.run_task
+    real = runner.run_tasks
 
-    def elsewhere(task):
+    def elsewhere(tasks):
         here = os.getcwd()
         os.chdir(tmp_path / "worker")
         try:
-            return real(task)
+            return real(tasks)
         finally:
             os.chdir(here)
 
     (tmp_path / "worker").mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "run_task", elsewhere)
+    monkeypatch.setattr(runner, "run_tasks", elsewhere)
     scenario = load_text(SWEEP.format(epochs=1).replace("[2, 4, 6, 8, 10, 12]", "[2, 4]"))
     records = runner.run_sweep(scenario, "rel", jobs=1, progress=False, traces=True)
     assert len(list((tmp_path / "rel").glob("runs/*/trace.ddlt"))) == len(records) > 0
