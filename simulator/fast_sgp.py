@@ -195,10 +195,17 @@ _may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
     gossip_rules.sgp_advance)
 KEPT_COEF, RECEIVED_SELF_COEF = gossip_rules.KEPT_COEF, gossip_rules.RECEIVED_SELF_COEF
 
+
+def _inlined(f: Any) -> Any:
+    """``f`` compiled into the kernels that call it (numba's IR inlining: no call in the hot
+    loop), or ``f`` itself where :func:`.fast_core.kernel` leaves the code plain."""
+    return f if kernel(f) is f else numba.njit(inline="always")(f)
+
+
 if numba is not None:
     _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
     _may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
-        _jit(_may_advance), _jit(_mix_at_boundary), _jit(_mix_on_arrival), _jit(_sgp_advance))
+        _inlined(_may_advance), _inlined(_mix_at_boundary), _inlined(_mix_on_arrival), _inlined(_sgp_advance))
     _advance = _jit(_advance)
     _next = _jit(_next)
     _mix_msg = _jit(_mix_msg)

@@ -475,7 +475,10 @@ class SGPRun(GossipRun):
                 else:
                     keep.append(msg)
             self.held[i] = keep
-        if sgp_may_advance(self._advance(i), k, self.tau):
+        K = self.K
+        c = self.complete[i] = sgp_advance(self.arrived, K, self.complete[i], K, self.indeg_flat, self.phases,
+                                           self.n, i)
+        if sgp_may_advance(c, k, self.tau):
             self._next(i, k, now)
         else:
             self.blocked_at[i] = k
@@ -504,8 +507,10 @@ class SGPRun(GossipRun):
     def _arrive(self, ev: Wake) -> None:
         j, k_msg, src, src_version, coef, t_sent = ev.payload
         now = self.env.now
-        self.arrived[j * self.K + k_msg] += 1
-        c = self._advance(j)
+        K = self.K
+        self.arrived[j * K + k_msg] += 1
+        c = self.complete[j] = sgp_advance(self.arrived, K, self.complete[j], K, self.indeg_flat, self.phases,
+                                           self.n, j)
         kb = self.blocked_at[j]
         msg = (k_msg, src, src_version, coef, t_sent)
         if sgp_mix_on_arrival(k_msg, kb):  # waiting at a boundary (or finished): mix on arrival
