@@ -183,7 +183,7 @@ def paper_setting(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, i
     assert main(["run", "mnist1d", "--out", str(out), "--quiet", "--no-report", "--device", "cpu",
                  "--set", "protocol.name=hardsync", "--set", "cluster.learners=1", "--set", "cluster.minibatch=100",
                  "--set", "workload.epochs=150", "--set", "optimizer.name=adam", "--set", "optimizer.lr=0.01",
-                 "--set", "optimizer.lr_policy=constant", "--set", "seed=[0,1,2]",
+                 "--set", "optimizer.lr_policy=constant", "--set", "replicates=1", "--set", "seed=[0,1,2]",
                  "--set", f"workload.model={list(MODELS)!r}".replace("'", '"')]) == 0
     rows = _rows(out)
     assert {int(r["gradients"]) for r in rows} == {6000}
@@ -210,7 +210,7 @@ def test_async_staleness_with_constant_sgd_rate(tmp_path: Path) -> None:
     assert main(["run", "mnist1d", "--out", str(out), "--quiet", "--no-report", "--device", "cpu",
                  "--set", "protocol.name=async", "--set", "optimizer.lr_policy=constant",
                  "--set", "cluster.learners=[1,16]", "--set", "cluster.minibatch=100",
-                 "--set", "workload.epochs=10", "--set", "seed=[0,1,2]"]) == 0
+                 "--set", "workload.epochs=10", "--set", "replicates=1", "--set", "seed=[0,1,2]"]) == 0
     rows = _rows(out)
     err = {(int(r["learners"]), int(r["seed"])): float(r["final_test_error"]) for r in rows}
     diverged = {(int(r["learners"]), int(r["seed"])) for r in rows if r["diverged"] == "True"}
