@@ -430,6 +430,9 @@ def _csv(cols: list[str], rows: Iterable[dict[str, Any]]) -> bytes:
 SMALL_SWEEP = 8  # simulations: in-process below this (a worker that imports torch costs seconds)
 
 
+UNIT_TASKS = 8  # simulations one worker unit replays together (their traces are held at once)
+
+
 def work_units(tasks: list[tuple[list[int], Task]], backend: str | None) -> list[list[tuple[list[int], Task]]]:
     """The tasks one worker runs together, in sweep order: with the replay backend, the
     seeds of one configuration (their replays share gradient calls, :func:`run_tasks`); else
@@ -439,7 +442,8 @@ def work_units(tasks: list[tuple[list[int], Task]], backend: str | None) -> list
     units: dict[str, list[tuple[list[int], Task]]] = {}
     for ids, task in tasks:
         units.setdefault(configuration_id(task.points[0]), []).append((ids, task))
-    return list(units.values())
+    # at most UNIT_TASKS simulations a unit: a worker holds each one's trace until its replays end
+    return [u[i:i + UNIT_TASKS] for u in units.values() for i in range(0, len(u), UNIT_TASKS)]
 
 
 def default_jobs(tasks: int) -> int:

@@ -435,3 +435,20 @@ def test_seeds_of_a_configuration_replay_together_with_the_numbers_each_gets_alo
         assert [c["test_error"] for c in record["curves"]] == [c["test_error"] for c in alone["curves"]]
         assert [c["train_loss"] for c in record["curves"]] == [c["train_loss"] for c in alone["curves"]]
     assert len({r["row"]["final_test_error"] for r in together}) > 1  # the seeds differ
+
+
+def test_a_work_unit_holds_at_most_unit_tasks_simulations(tmp_path: Path) -> None:
+    # rule: the seeds of one configuration share a unit, at most UNIT_TASKS of them (each unit
+    # holds its traces at once); other backends run each task alone
+    from ddlsim.scenarios import runner
+
+    scenario = load_text(TINY.replace("replicates = 2", "replicates = 20").replace(
+        '"optimizer.lr_policy" = ["constant", "per_gradient"]', '"optimizer.lr" = [0.1, 0.2]'))
+    points = scenario.points()
+    tasks = [([i], runner.Task([p], str(tmp_path), "replay", {})) for i, p in enumerate(points)]
+    units = runner.work_units(tasks, "replay")
+    assert [len(u) for u in units] == [8, 8, 4, 8, 8, 4]
+    for unit in units:
+        assert len({configuration_id(t.points[0]) for _, t in unit}) == 1
+    assert sorted(i for u in units for ids, _ in u for i in ids) == list(range(40))
+    assert [len(u) for u in runner.work_units(tasks, None)] == [1] * 40
