@@ -34,17 +34,17 @@ class ProfileError(ValueError):
     """A calibrated profile file that is missing or malformed."""
 
 
-def _read_toml(p: Path) -> dict[str, Any]:
+def read_profile_toml(p: Path, kind: str = "compute profile") -> dict[str, Any]:
     """The TOML of the profile file ``p`` (a regular file of at most PROFILE_MAX_BYTES), or one
-    ProfileError line naming it."""
+    ProfileError line naming it (``kind``: "compute profile", "network profile")."""
     try:
-        return tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, "compute profile").decode("utf-8-sig"))
+        return tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, kind).decode("utf-8-sig"))
     except FileNotFoundError:
-        raise ProfileError(f"{p}: no such compute profile") from None
+        raise ProfileError(f"{p}: no such {kind}") from None
     except FileRefused as e:
         raise ProfileError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{p}: cannot read compute profile: {e}") from None
+        raise ProfileError(f"{p}: cannot read {kind}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(f"{p}: invalid TOML: {e}") from None
     except ValueError:  # tomllib's only other ValueError: an integer longer than Python converts
@@ -87,7 +87,7 @@ def load_profile(path: str | Path) -> tuple[list[int], list[float]]:
     p = Path(path)
     if "\0" in str(path):
         raise ProfileError(f"{str(path)!r}: not a file name (it holds a NUL byte)")
-    data = _read_toml(p)
+    data = read_profile_toml(p)
     mb, sec = data.get("minibatch"), data.get("seconds")
     if not isinstance(mb, list) or not isinstance(sec, list) or len(mb) != len(sec) or not mb:
         raise ProfileError(f"{p}: needs equal-length non-empty arrays 'minibatch' and 'seconds'")

@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import math
 import re
-import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .compute import ProfileError
+from .compute import ProfileError, read_profile_toml
 from .files import FileRefused, read_bounded
 
 NETWORK_PROFILE_HEAD = "# ddlsim network profile"  # the first line of every network profile ddlsim writes
 LOG_MAX_BYTES = 16 << 20
-PROFILE_MAX_BYTES = 1 << 20
 MAX_RANKS = 1 << 20
 # factors of (n−1) for the steps and of (n−1)/n for the bytes of each collective (module doc)
 COLLECTIVES: dict[str, tuple[int, int]] = {"all_reduce": (2, 2), "all_gather": (1, 1)}
@@ -367,20 +364,7 @@ def load_network_profile(path: str | Path) -> dict[str, float]:
     if "\0" in str(path):
         raise ProfileError(f"{str(path)!r}: not a file name (it holds a NUL byte)")
     p = Path(path)
-    try:
-        data = tomllib.loads(read_bounded(p, PROFILE_MAX_BYTES, "network profile").decode("utf-8-sig"))
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such network profile") from None
-    except FileRefused as e:
-        raise ProfileError(str(e)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{p}: cannot read network profile: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ProfileError(f"{p}: invalid TOML: {e}") from None
-    except ValueError:  # tomllib's only other ValueError: an integer longer than Python converts
-        raise ProfileError(f"{p}: an integer of more than {sys.get_int_max_str_digits():,} digits") from None
-    except RecursionError:
-        raise ProfileError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
+    data = read_profile_toml(p, "network profile")
     net = data.get("network")
     if not isinstance(net, dict) or not net:
         raise ProfileError(f"{p}: not a network profile (needs a [network] table of {', '.join(NETWORK_KEYS)}; "
