@@ -234,6 +234,9 @@ def local_node(point: dict[str, Any], rank: int, out: str) -> None:
     refusal = live_refusal(point)
     if refusal:
         raise BackendError(refusal)
+    if point["protocol"]["name"] == "diloco" and int(point["protocol"].get("overlap", 0)):
+        raise BackendError(f"protocol.overlap = {point['protocol']['overlap']}: the live backend averages "
+                           "DiLoCo's fragments blocking; overlapped streaming DiLoCo is simulated and replayed only")
     me = Node(point, rank)
     me.heartbeat = Heartbeat(out, rank)
     run = LocalNode(me)

@@ -17,6 +17,12 @@ collective starts after the previous one, so a plain loop visits them in time or
   fragment every H/F steps): a barrier (the last node's step), then the all-reduce of the
   model (or the fragment) as one message of its (compressed) bytes, plus the compression's
   compute; no overlap with compute.
+* **Streaming DiLoCo with overlap** τ = ``protocol.overlap`` > 0 (Douillard et al. 2025; torchft's
+  ``fragment_sync_delay``): a fragment's averaging starts once the last node has taken the step
+  whose turn it is and runs (its compression compute with it) while the nodes take τ more
+  steps; after the τ-th each node waits only for what is left of it, then takes the fragment's
+  new value. A turn whose τ steps would reach the run's last step is averaged blocking, and the
+  last step averages every fragment (blocking), so nothing is in flight at the end.
 
 Compression's compute is counted in FLOPs (:func:`.compression_bytes.powersgd_flops`;
 fp16/bf16: two element-wise passes, the cast and the cast back) at the device's rate implied
@@ -66,6 +72,12 @@ class LocalRun(GossipRun):
         self.ps_warmup = proto["powersgd_warmup"]
         self.H = proto["local_steps"]
         self.F = proto["fragments"]
+        # streaming DiLoCo's τ: inner steps the averaging of a fragment overlaps (0: blocking)
+        self.tau = proto["overlap"] if self.name == "diloco" else 0
+        if self.tau and self.tau >= max(1, self.H // self.F):
+            raise ValueError(f"protocol.overlap = {self.tau}: diloco overlaps at most H/F − 1 = "
+                             f"{max(1, self.H // self.F) - 1} inner steps (a fragment's averaging ends before "
+                             "the next fragment's starts)")
         self.warmup = self.K if self.name == "allreduce" else (proto["warmup_steps"] if self.name == "local_sgd" else 0)
         self.fabric = collectives.Fabric.of_cluster(cl)
         self.algorithm = proto["allreduce_algorithm"]
@@ -160,6 +172,27 @@ class LocalRun(GossipRun):
         self.local.allreduce_step(k, [t] * self.n, ready, end)
         return end
 
+    def _fragments_at(self, last: bool, turn: int) -> list[int]:
+        """The fragments a blocking averaging covers: all of the model (−1), every fragment at the
+        end of the run, else the fragment whose turn it is."""
+        if self.F == 1:
+            return [-1]
+        return list(range(self.F)) if last else [turn]
+
+    def _average_blocking(self, clock: list[float], fragments: list[int]) -> float:
+        """A barrier, then the averagings of ``fragments`` one after the other: their end."""
+        begin = max(clock)
+        end = begin
+        for frag in fragments:
+            shapes = self.shapes if frag < 0 else self.frag_shapes[frag]
+            f = max(frag, 0)
+            s0 = end
+            end = self._averaging_time(end, shapes, self.averagings[f])
+            self.averagings[f] += 1
+            self.local.average(s0, end, frag)
+        self.blocked_s += sum(end - c for c in clock)
+        return end
+
     def run(self) -> TraceBuilder:
         """Simulate every step (module doc); the trace starts and ends with an eval of the average."""
         self.rec.begin()
@@ -171,6 +204,7 @@ class LocalRun(GossipRun):
         clock = [t] * self.n
         every = max(1, self.H // self.F)  # local steps between two averagings (of one fragment each)
         local, turn = 0, 0
+        pending: tuple[int, int, float, int] | None = None  # overlapped: (fragment, holder, end, sync step)
         while k < self.K:
             starts, ends, applied = [], [], []
             for i in range(self.n):
@@ -183,29 +217,39 @@ class LocalRun(GossipRun):
             k += 1
             local += 1
             last = k == self.K
+            if pending is not None and k == pending[3]:
+                frag, holder, end, _ = pending
+                pending = None
+                done = [end if end > c else c for c in clock]
+                self.blocked_s += sum(d - c for d, c in zip(done, clock))
+                clock = done
+                self.local.sync(frag, holder, done)
             if local % every == 0 or last:
-                begin = max(clock)
-                if self.F == 1:
-                    fragments = [-1]
-                elif last:
-                    fragments = list(range(self.F))  # the run ends with every fragment averaged
-                else:
-                    fragments = [turn]
+                if self.tau and not last and k + self.tau < self.K:
+                    frag = self._fragments_at(False, turn)[0]
                     turn = (turn + 1) % self.F
-                end = begin
-                for frag in fragments:
-                    shapes = self.shapes if frag < 0 else self.frag_shapes[frag]
-                    f = max(frag, 0)
-                    s0 = end
-                    end = self._averaging_time(end, shapes, self.averagings[f])
-                    self.averagings[f] += 1
-                    self.local.average(s0, end, frag)
-                self.blocked_s += sum(end - c for c in clock)
+                    pending = self._prepare(clock, frag, k + self.tau)
+                    continue
+                fragments = self._fragments_at(last, turn)
+                if not last and self.F > 1:
+                    turn = (turn + 1) % self.F
+                end = self._average_blocking(clock, fragments)
                 clock = [end] * self.n
                 t = end
         self.end_time = max([t] + clock)
         self.rec.finish(self.end_time)
         return self.tb
+
+    def _prepare(self, clock: list[float], frag: int, sync_step: int) -> tuple[int, int, float, int]:
+        """Start the overlapped averaging of ``frag`` once every node has its pseudo-gradient (the
+        last node's step): the nodes go on computing; it is applied after local step ``sync_step``."""
+        begin = max(clock)
+        shapes = self.shapes if frag < 0 else self.frag_shapes[frag]
+        f = max(frag, 0)
+        end = self._averaging_time(begin, shapes, self.averagings[f])
+        self.averagings[f] += 1
+        holder = self.local.prepare(begin, end, frag)
+        return frag, holder, end, sync_step
 
 
 def simulate_local(point: dict[str, Any]) -> tuple[Trace, dict[str, Any]]:

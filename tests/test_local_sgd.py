@@ -321,3 +321,105 @@ def test_the_catalogue_s_tensor_shapes_are_the_torch_models(model: str, dataset:
     p = make_point(workload__model=model, workload__dataset=dataset)
     torch_shapes = [tuple(t.shape) for t in build_model(p).parameters()]
     assert param_shapes(model, dataset_info(dataset)) == torch_shapes
+
+
+@pytest.mark.parametrize("fragments, tau, beta", [(1, 2, 1e10), (1, 2, 1e6), (2, 1, 1e10), (2, 1, 1e6)])
+def test_streaming_diloco_overlapped_time_is_the_closed_form(fragments: int, tau: int, beta: float) -> None:
+    # truth (Douillard et al. 2025, streaming DiLoCo; torchft's fragment_sync_delay τ): a fragment's
+    # all-reduce starts after the step whose turn it is and runs while the nodes take τ more steps;
+    # they wait only for what the τ steps do not hide, max(0, R_f − τ·c'). A turn whose τ steps
+    # would reach the end is averaged blocking, and the last step averages every fragment (blocking).
+    # Hand count: n = 4, μ = 8, K = ⌈1437 / 32⌉ = 45, H = 4, c' = c + step_s; ring R_f of the
+    # fragment's 4-byte elements, 2(N−1)(α + o) + 2(N−1)/N · B/β (not the simulator's collectives).
+    n, mu, H, base, per, step, alpha, o = 4, 8, 4, 0.003, 0.0002, 0.0004, 1e-4, 2e-5
+    p = point("diloco", protocol__local_steps=H, protocol__fragments=fragments, protocol__overlap=tau,
+              cluster__compute__base_s=base, cluster__compute__per_sample_s=per, cluster__compute__step_s=step,
+              cluster__network__latency_s=alpha, cluster__network__overhead_s=o, cluster__network__bandwidth_Bps=beta)
+    K, c1 = 45, base + per * mu + step
+
+    def ring(elements: int) -> float:
+        return 2 * (n - 1) * (alpha + o) + 2 * (n - 1) / n * 4 * elements / beta
+
+    if fragments == 1:
+        # turns at 4, 8, …, 44: the ten up to 40 overlapped (40 + 2 < 45), 44 blocking, then the end
+        expect = K * c1 + 10 * max(0.0, ring(MLP_P) - tau * c1) + 2 * ring(MLP_P)
+    else:
+        # fragment 0 the (128, 64) weight, fragment 1 the rest; turns every 2 steps, 0 first:
+        # 2 … 42 overlapped (11 of fragment 0, 10 of fragment 1), 44 fragment 1 blocking, the end both
+        r0, r1 = ring(128 * 64), ring(MLP_P - 128 * 64)
+        expect = (K * c1 + 11 * max(0.0, r0 - tau * c1) + 10 * max(0.0, r1 - tau * c1) + r1 + r0 + r1)
+    sim = simulate(p)
+    assert sim.summary["sim_time_s"] == pytest.approx(expect, rel=1e-12)
+    blocking = simulate(point("diloco", protocol__local_steps=H, protocol__fragments=fragments,
+                              cluster__compute__base_s=base, cluster__compute__per_sample_s=per,
+                              cluster__compute__step_s=step, cluster__network__latency_s=alpha,
+                              cluster__network__overhead_s=o, cluster__network__bandwidth_Bps=beta))
+    assert sim.summary["sim_time_s"] < blocking.summary["sim_time_s"]
+
+
+def test_streaming_diloco_replay_applies_each_fragment_tau_steps_later() -> None:
+    # truth: an independent loop of streaming DiLoCo with overlap τ (Douillard et al. 2025; mixing
+    # factor α = 0 as torchft): after the step whose turn it is, fragment f's new value is the
+    # outer Nesterov step from its anchor on the mean pseudo-gradient of the nodes' states *then*;
+    # every node takes it τ steps later, dropping its own progress on f; the end averages blocking
+    from ddlsim.backends.flatmodel import FlatModel
+    from ddlsim.backends.replay_data import Minibatches
+    from ddlsim.simulator.dataorder import global_slice_start
+
+    n, mu, H, F, tau, lr, olr, om = 4, 8, 4, 2, 1, 0.1, 0.7, 0.9
+    p = point("diloco", protocol__local_steps=H, protocol__fragments=F, protocol__overlap=tau,
+              protocol__outer_lr=olr, protocol__outer_momentum=om, optimizer__lr=lr)
+    trace, rep = replayed(p, LocalReplayer)
+    assert not rep.diverged
+    flat = FlatModel(build_model(p))
+    data = load_data(p)
+    batches = Minibatches(data, int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+    frag_of = fragment_tensors(flat.sizes, F)
+    bounds = np.concatenate([[0], np.cumsum(flat.sizes)])
+    span = {f: (int(bounds[frag_of.index(f)]), int(bounds[len(frag_of) - frag_of[::-1].index(f)])) for f in range(F)}
+    x0 = flat.work.detach().clone()
+    xs = [x0.clone() for _ in range(n)]
+    anchor = x0.clone()
+    buf: dict[int, torch.Tensor] = {}
+
+    def outer(f: int) -> torch.Tensor:
+        lo, hi = span[f]
+        a = anchor[lo:hi]
+        d = a - torch.stack([x[lo:hi] for x in xs]).mean(0)
+        buf[f] = d.clone() if f not in buf else om * buf[f] + d
+        return a - olr * (d + om * buf[f])
+
+    def land(f: int, new: torch.Tensor) -> None:
+        lo, hi = span[f]
+        anchor[lo:hi] = new
+        for x in xs:
+            x[lo:hi] = new
+
+    K, every, turn = 45, H // F, 0
+    pending: tuple[int, torch.Tensor, int] | None = None
+    for k in range(K):
+        for i in range(n):
+            xb, yb = batches.one(global_slice_start(k, i, n, mu), mu)
+            g, _ = flat.grad(xs[i], xb, yb)
+            xs[i] = xs[i] - lr * g
+        done = k + 1
+        if pending is not None and done == pending[2]:
+            land(pending[0], pending[1])
+            pending = None
+        if done % every == 0 or done == K:
+            if done < K and done + tau < K:
+                pending = (turn, outer(turn), done + tau)
+                turn = (turn + 1) % F
+                continue
+            for f in (range(F) if done == K else [turn]):
+                land(f, outer(f))
+            turn = (turn + 1) % F
+    finals = rep.final_states()
+    for i in range(n):
+        assert torch.allclose(finals[i][0], xs[i], atol=1e-6, rtol=0)
+
+
+def test_overlap_beyond_a_fragment_s_turn_is_refused_in_one_line() -> None:
+    # truth: τ < H/F (torchft: a fragment's sync lands before the next fragment's starts)
+    with pytest.raises(ValueError, match=r"protocol.overlap = 2: diloco overlaps at most H/F − 1 = 1 inner steps"):
+        simulate(point("diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=2))

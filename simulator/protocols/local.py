@@ -18,7 +18,11 @@ What a run writes (docs/trace.md, schema 2):
   of the nodes' pseudo-gradients against the anchor, ``coef`` = outer lr, ``self_coef`` =
   outer momentum; local SGD is outer SGD with lr 1 and momentum 0), then the copies. With
   ``F > 1`` fragments (streaming DiLoCo) one fragment is averaged every ``H/F`` steps, in
-  turn; its outer op and copies (fragment mixes) touch only that fragment's tensors;
+  turn; its outer op and copies (fragment mixes) touch only that fragment's tensors. With
+  overlap τ > 0 (:meth:`LocalRecorder.prepare` / :meth:`LocalRecorder.sync`) the outer op is
+  written when the averaging starts (it reads every node's state then) into a version of node 0
+  that only holds the result, a fragment mix restores node 0's own fragment from the version
+  before, and τ steps later a fragment mix on every node (node 0 too) copies the result in;
 * evals of the nodes' average only right after an averaging (or an all-reduce step) at which
   the cadence says one is due, so that every eval measures a model the nodes agree on; and
   at the start and the end.
@@ -106,6 +110,36 @@ class LocalRecorder(GossipRecorder):
             self.version[i] += 1
         if self.cadence.due(self.samples):
             self.pending = True
+
+    def prepare(self, t_start: float, t_end: float, fragment: int) -> int:
+        """An overlapped averaging of ``fragment`` (streaming DiLoCo's τ > 0) starts at ``t_start``
+        from every node's latest state and delivers at ``t_end``: the outer op on node 0 computes
+        the new fragment into a version of node 0 (returned: it holds the result), then a fragment
+        mix restores node 0's own fragment from the version before, and node 0 computes on."""
+        tb, v = self.tb, self.version
+        epoch = self.samples / self.spe
+        f = max(fragment, 0)
+        tb.outer(0, v[0], self.anchor[f], self.lr, self.momentum, fragment, t_start, t_end, epoch)
+        v[0] += 1
+        holder = v[0]
+        self.anchor[f] = holder
+        tb.fragment_mix(0, v[0], 0, holder - 1, fragment, t_start, t_start, epoch)
+        v[0] += 1
+        return holder
+
+    def sync(self, fragment: int, holder: int, applied: Sequence[float]) -> None:
+        """The overlapped averaging of ``fragment`` lands: node ``i`` takes the fragment from node
+        0's version ``holder`` at ``applied[i]`` (its local progress on it is dropped: the
+        mixing factor α = 0 of torchft's streaming DiLoCo); an eval follows when one is due."""
+        tb, v = self.tb, self.version
+        epoch = self.samples / self.spe
+        for i in range(self.n):
+            tb.fragment_mix(i, v[i], 0, holder, fragment, applied[i], applied[i], epoch)
+            v[i] += 1
+        if self.pending:
+            self.pending = False
+            if tb.last_kind != EVAL:
+                tb.eval(AVERAGE, AVERAGE, max(applied), epoch)
 
     def average(self, t_start: float, t_end: float, fragment: int = -1) -> None:
         """The nodes average (all of the model, or ``fragment``) from ``t_start`` to ``t_end``."""
