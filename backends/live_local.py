@@ -12,8 +12,9 @@ simulated trace's structure and its replay (:mod:`.replay_local`) reproduces the
   :mod:`.compression` on this node's gradient with ``all_reduce`` as its sum (fp16 / bf16:
   the half casts divided by N summed in the half type, DDP's ``fp16_compress_hook``;
   PowerSGD: the uncompressed tensors, all P, all Q, as ``powerSGD_hook``, with this node's
-  error memory and warm-start Q); then every node takes node 0's optimizer step (state key 0,
-  as the trace's one apply on node 0 that the others copy);
+  error memory and warm-start Q); then every node steps its own optimizer on that mean
+  (``PostLocalSGDOptimizer``: the nodes' states stay equal, so local steps after a warm-up
+  start from the same optimizer state on every node, as the replay's);
 * a **local step**: the node's own gradient and its own optimizer step (state key = rank);
 * an **averaging** of the whole model (or, DiLoCo with F fragments, of one fragment's
   tensors): plain local SGD averages the weights with torch's ``average_parameters`` (divide
@@ -179,7 +180,7 @@ class LocalNode:
         else:
             mean = self._average(g, self.slices[-1][2], "apply", -1)
         _, lr = me.opt.apply_rate((k + 1) * n * self.mu / self.spe, [1.0 / n] * n, [0] * n)
-        me.x = me.opt.step(0, me.x, mean, lr)
+        me.x = me.opt.step(me.i, me.x, mean, lr)  # every rank its own optimizer on the mean
         me.version += 1
         self._sync_anchors()
         me.log.append(("ar", k, t0, t1, time.monotonic()))

@@ -392,6 +392,18 @@ class Optimizer:
                                                  self.nesterov, wd, own_state=True)
         return new_x
 
+    def copy_state(self, src: int, dst: int) -> None:
+        """Node ``dst`` carries a copy of node ``src``'s state (none when ``src`` has none): the
+        ranks of an all-reduce each step their own optimizer on the same mean gradient from the
+        same weights, so their states are equal (``PostLocalSGDOptimizer``)."""
+        st = self.state.get(src)
+        if st is None:
+            self.state.pop(dst, None)
+        elif isinstance(st, tuple):
+            self.state[dst] = tuple(s.clone() if isinstance(s, Tensor) else s for s in st)
+        else:
+            self.state[dst] = st.clone()
+
     @property
     def has_state(self) -> bool:
         """Whether a step keeps per-node state (a momentum buffer, AdaGrad's sums, Adam's moments)."""

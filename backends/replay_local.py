@@ -10,7 +10,10 @@
   (each scaled by its coefficient × their count) are averaged as the compressed all-reduce
   does (:func:`.compression.average`: fp16/bf16 rounding of what is sent; PowerSGD's low-rank
   approximation with per-learner error feedback and warm-started Q, its warm-up counted in
-  these applies), then one optimizer step on node 0;
+  these applies), then one optimizer step on node 0. Every rank of that all-reduce steps its
+  own optimizer on the same mean from the same weights (``PostLocalSGDOptimizer``), so every
+  node's optimizer state is node 0's: before the next apply of one input (local SGD's first
+  local step after its warm-up) each other node takes a copy of it;
 * ``outer`` on node 0 (fragment p = ``batch_index``, −1 the whole model): the pseudo-gradient
   of every node ``Δ_i = a − x_i`` over the fragment (``a`` the anchor state (src_node,
   src_version), ``x_i`` each node's latest state) averaged under the compression (its own
@@ -45,7 +48,8 @@ from .workloads import Data
 
 def needs_local_replay(trace: Trace) -> bool:
     """Whether ``trace`` holds what only :class:`LocalReplayer` executes: outer ops, fragment
-    mixes or a compressed averaging."""
+    mixes, a compressed averaging, or (schema 2) all-reduce applies of several inputs followed
+    by a node's own applies (local SGD after warm-up: the nodes' optimizer states are shared)."""
     avg = trace.header.get("averaging")
     if isinstance(avg, dict) and avg.get("compression", "none") != "none":
         return True
@@ -54,7 +58,10 @@ def needs_local_replay(trace: Trace) -> bool:
         return True
     if trace.header.get("schema_version") != LOCAL_SCHEMA or not trace.n_ops:
         return False  # (a mix's batch_index names a fragment only in schema 2)
-    return bool(((kind == MIX) & (trace.ops["batch_index"] >= 0)).any())
+    if bool(((kind == MIX) & (trace.ops["batch_index"] >= 0)).any()):
+        return True
+    counts = trace.ops["in_count"][kind == APPLY]
+    return bool((counts > 1).any() and (counts == 1).any())
 
 
 class LocalReplayer:
@@ -113,6 +120,7 @@ class LocalReplayer:
         self.powersgd: dict[tuple[str, int], PowerSGDState] = {}
         self.rounds: dict[tuple[str, int], int] = {}
         self.outer: dict[int, OuterOptimizer] = {}  # one outer optimizer (its momentum buffer) per fragment
+        self.shared_state: int | None = None  # the node whose optimizer state every node holds (module doc)
         self.curves: list[dict[str, Any]] = []
         self.diverged = False
         self.diverged_at_update: int | None = None
@@ -209,6 +217,11 @@ class LocalReplayer:
         if c == 0:
             g = torch.zeros_like(self.flat.work)
         elif c == 1:
+            if self.shared_state is not None:
+                for k in range(self.nodes):
+                    if k != self.shared_state:
+                        self.opt.copy_state(self.shared_state, k)
+                self.shared_state = None
             g = self.grads.pop(gops[0])
             if coefs[0] != 1.0:
                 g = g * float(coefs[0])
@@ -220,6 +233,8 @@ class LocalReplayer:
             g = self._average(flats, self.slices[-1][2], "apply", -1)
         x = self.states[(nd, v)]
         self._set(nd, v, self.opt.step(nd, x, g, float(self.lr[i])), i)
+        if c > 1:
+            self.shared_state = nd
         self.updates += 1
 
     def _mix(self, i: int) -> None:

@@ -423,3 +423,60 @@ def test_overlap_beyond_a_fragment_s_turn_is_refused_in_one_line() -> None:
     # truth: τ < H/F (torchft: a fragment's sync lands before the next fragment's starts)
     with pytest.raises(ValueError, match=r"protocol.overlap = 2: diloco overlaps at most H/F − 1 = 1 inner steps"):
         simulate(point("diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=2))
+
+
+def test_local_sgd_with_one_local_step_after_warm_up_is_allreduce_sgd_with_momentum() -> None:
+    # truth: with momentum the average of the nodes' steps is the step on the mean gradient only when
+    # every node carries the all-reduce's momentum buffer into its local steps (linear in the
+    # gradients and buffers); a node starting its local steps from a zero buffer breaks it
+    sets = dict(optimizer__momentum=0.9, optimizer__lr=0.05)
+    _, ar = replayed(point("allreduce", **sets), Replayer)
+    _, ls = replayed(point("local_sgd", protocol__local_steps=1, protocol__warmup_steps=10, **sets))
+    assert isinstance(ls, LocalReplayer)
+    states = ls.final_states()
+    for k in states:
+        assert torch.allclose(states[k][0], node0(ar), atol=1e-6, rtol=0)
+
+
+def test_local_sgd_after_warm_up_with_adam_is_an_independent_post_local_sgd_loop() -> None:
+    # truth: PostLocalSGDOptimizer's rule written with torch.optim.Adam, one per rank: during the
+    # warm-up every rank steps its own Adam on the all-reduced mean gradient, then on its own
+    # gradient, the weights averaged after every H local steps and after the last
+    from ddlsim.backends.flatmodel import FlatModel
+    from ddlsim.backends.replay_data import Minibatches
+    from ddlsim.simulator.dataorder import global_slice_start
+
+    n, mu, H, W, lr = 4, 8, 3, 7, 0.003
+    p = point("local_sgd", protocol__local_steps=H, protocol__warmup_steps=W, optimizer__name="adam",
+              optimizer__lr=lr)
+    trace, rep = replayed(p)
+    assert isinstance(rep, LocalReplayer) and not rep.diverged
+    flat = FlatModel(build_model(p))
+    batches = Minibatches(load_data(p), int(trace.header["data_seed"]), int(trace.header["samples_per_epoch"]))
+    params = [torch.nn.Parameter(flat.work.detach().clone()) for _ in range(n)]
+    adams = [torch.optim.Adam([q], lr=lr, foreach=False) for q in params]
+    K = 45
+
+    def grad(k: int, i: int) -> torch.Tensor:
+        xb, yb = batches.one(global_slice_start(k, i, n, mu), mu)
+        return flat.grad(params[i].detach(), xb, yb)[0]
+
+    local = 0
+    for k in range(K):
+        gs = [grad(k, i) for i in range(n)]
+        if k < W:
+            mean = torch.stack(gs).mean(0)
+            gs = [mean] * n
+        for q, a, g in zip(params, adams, gs):
+            q.grad = g.clone()
+            a.step()
+        if k >= W:
+            local += 1
+            if local % H == 0 or k == K - 1:
+                with torch.no_grad():
+                    avg = torch.stack([q.detach() for q in params]).mean(0)
+                    for q in params:
+                        q.copy_(avg)
+    states = rep.final_states()
+    for i in range(n):
+        assert torch.allclose(states[i][0], params[i].detach(), atol=1e-6, rtol=0)
