@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddlsim.scenarios.advise import advise
+from ddlsim.scenarios.advise.search import advise
 from ddlsim.scenarios.load import load_text, point_hash
 from ddlsim.scenarios.runner import run_sweep
 from ddlsim.scenarios.schema import FIELD_BY_KEY
@@ -90,7 +90,7 @@ def grid_text(name: str) -> str:
     """The grid's scenario: λ × μ × protocol × lr policy, :data:`SEEDS` seeds each (the demo: the
     bundled scenario as it is)."""
     if name == "demo":
-        from ddlsim.scenarios.cli_common import CATALOGUE
+        from ddlsim.scenarios.bundled import CATALOGUE
 
         return (CATALOGUE / "demo.toml").read_text(encoding="utf-8")
     _, dataset, model, optimizer, epochs = GRIDS[name]

@@ -336,7 +336,7 @@ def big() -> None:
         scen = Path(tmp) / "big.toml"
         scen.write_text('name = "big"\n' + ASYNC.format(protocol="async", learners=32, epochs=8000, n=1))
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", "simulate", str(scen), "--force",
+        proc = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", str(scen), "--force",
                                "--quiet", "--out", str(Path(tmp) / "out")], capture_output=True, text=True)
         wall = time.perf_counter() - t0
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -22,8 +22,9 @@ from ..backends.live import play, role, world_size
 from ..simulator.compute import ProfileError
 from ..simulator.protocols import live_refusal
 from ..simulator.run import simulate
-from .cli_common import escape, resolve_scenario
+from .bundled import resolve_scenario
 from .load import load
+from .messages import escape
 from .schema import ScenarioError
 
 

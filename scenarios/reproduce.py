@@ -1,6 +1,6 @@
 """Reproduce the Rudra claims ddlsim can check on a laptop; write ``docs/reproductions.md``.
 
-``python -m ddlsim.scenarios.reproduce [--out DIR] [--results DIR] [--quick] [--jobs N]``
+``python -m ddlsim.scenarios.reproduce --out DIR [--results DIR] [--quick] [--jobs N]``
 
 Three parts, each a figure, a table, the paper's claim and a verdict computed from the
 numbers (never written by hand):
@@ -12,8 +12,9 @@ numbers (never written by hand):
 * (c) the μ × λ grid of 1-softsync on digits (replay): final test error, Rudra's rule
   "keep μλ about constant".
 
-The note goes to ``DIR/reproductions.md`` (default: the repository's ``docs/``), its PNG
-figures to ``DIR/figures/``; the runs to ``--results`` (default ``results/reproduce``).
+The note goes to ``DIR/reproductions.md``, its PNG figures to ``DIR/figures/`` (``--out DIR``
+is required: ``tools/regenerate-docs.sh`` passes the repository's ``docs``); the runs to
+``--results`` (default ``results/reproduce``).
 The full version takes a few minutes on two cores; ``--quick`` (under a minute) runs
 tiny versions of the same experiments and says so in the note.
 """
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 LAMBDA = 30
 FIG_DPI = 72
 
@@ -117,7 +117,7 @@ def staleness_part(plan: Plan, results: Path, figures: Path, jobs: int | None, p
     """Simulate Rudra's CIFAR10 cluster at λ = 30, μ = 4 for n ∈ {1, 15, 30}."""
     from ..analysis import plots
     from ..analysis.results import load_results
-    from .cli import CATALOGUE
+    from .bundled import CATALOGUE
     from .load import load
 
     scen = load(CATALOGUE / "rudra-cifar10.toml", [
@@ -395,7 +395,7 @@ def write_note(out: Path, plan: Plan, a: dict, b: dict, c: dict, wall_s: float) 
     return atomic_write(out / "reproductions.md", "\n".join(lines))
 
 
-def reproduce(out: Path = DOCS, results: Path = Path("results/reproduce"), quick: bool = False,
+def reproduce(out: Path, results: Path = Path("results/reproduce"), quick: bool = False,
               jobs: int | None = None, progress: bool = False) -> Path:
     """Run the three experiments and write the note; return its path."""
     from ..backends.device import torch_threads
@@ -413,7 +413,8 @@ def reproduce(out: Path = DOCS, results: Path = Path("results/reproduce"), quick
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ddlsim.scenarios.reproduce",
                                  description="Run the reproduction experiments and write reproductions.md.")
-    ap.add_argument("--out", default=str(DOCS), help="folder of the note and its figures/ (default: docs/)")
+    ap.add_argument("--out", required=True, help="folder of the note and its figures/ (the repository's docs/ to "
+                                                 "regenerate its note)")
     ap.add_argument("--results", default="results/reproduce", help="results folder of the runs")
     ap.add_argument("--quick", action="store_true", help="tiny runs (under a minute): a smoke test")
     ap.add_argument("--jobs", type=int, default=None, help="parallel worker processes")

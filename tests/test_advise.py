@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddlsim.scenarios import advise as A
-from ddlsim.scenarios.advise_explain import stale_constant
-from ddlsim.scenarios.advise_render import render
+from ddlsim.scenarios.advise import search as A
+from ddlsim.scenarios.advise.explain import stale_constant
+from ddlsim.scenarios.advise.render import render
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
 from ddlsim.scenarios.runner import run_sweep

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ddlsim.backends.replay_prefix import UNTIL_EPOCH, cut_index, prefix
-from ddlsim.scenarios import advise as A
-from ddlsim.scenarios.advise_model import Candidate, Replicate
+from ddlsim.scenarios.advise import search as A
+from ddlsim.scenarios.advise.model import Candidate, Replicate
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.load import load_text
 from ddlsim.scenarios.schema import ScenarioError

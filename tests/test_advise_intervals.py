@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddlsim.scenarios.advise_explain import margin
-from ddlsim.scenarios.advise_model import Advice, Candidate, Replicate
+from ddlsim.scenarios.advise.explain import margin
+from ddlsim.scenarios.advise.model import Advice, Candidate, Replicate
 
 POINT = {"workload": {"dataset": "teacher", "teacher_samples": 100_000, "teacher_features": 32}}
 

@@ -80,7 +80,7 @@ def test_trace_command_reads_and_refuses(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_bundled_scenarios_are_listed_and_valid(capsys: pytest.CaptureFixture) -> None:
-    from ddlsim.scenarios.cli import CATALOGUE
+    from ddlsim.scenarios.bundled import CATALOGUE
     from ddlsim.scenarios.load import load
 
     assert main(["scenarios"]) == 0

@@ -206,12 +206,12 @@ def test_infinite_bandwidth_runs_end_to_end_through_the_cli(tmp_path: Path) -> N
     # truth: docs/scenarios.md — bandwidth_Bps = inf means free transfers; simulate and run work
     for cmd in ("simulate", "run"):
         out = tmp_path / cmd  # a run replacing the simulation's 18 points would need --force
-        proc = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "ddlsim", cmd, "demo", "--out", str(out),
                                "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
                                "--set", 'protocol.name="async"', "--set", 'optimizer.lr_policy="constant"',
                                "--set", "cluster.learners=30", "--set", "cluster.minibatch=8", "--set", "replicates=1",
                                "--no-report"] if cmd == "run" else
-                              [sys.executable, "-m", "ddlsim.scenarios.cli", cmd, "demo", "--out", str(out),
+                              [sys.executable, "-m", "ddlsim", cmd, "demo", "--out", str(out),
                                "--quiet", "--jobs", "1", "--set", "cluster.network.bandwidth_Bps=inf",
                                "--set", "cluster.learners=[1,30]"],
                               capture_output=True, text=True, timeout=600)

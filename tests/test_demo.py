@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "ddlsim.scenarios.cli"]
+CLI = [sys.executable, "-m", "ddlsim"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -71,10 +72,10 @@ def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
 
     out, proc = demo
     results = load_results(out)
-    note = (demodoc.DOCS / "demo.md").read_text(encoding="utf-8")
+    note = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
     stale = "stale: regenerate with python -m ddlsim.scenarios.demodoc"
     assert demodoc.current_part(note, demodoc.BEGIN, demodoc.END) == demodoc.generated(results).rstrip("\n"), stale
-    readme = demodoc.README.read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert demodoc.current_part(readme, demodoc.README_BEGIN, demodoc.README_END) == demodoc.readme_quote(results), \
         stale
     printed = [line[2:] for line in proc.stdout.splitlines() if line.startswith("* ")]

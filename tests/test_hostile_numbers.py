@@ -14,7 +14,8 @@ import pytest
 
 from ddlsim.scenarios import load as loadmod
 from ddlsim.scenarios.cli import main
-from ddlsim.scenarios.cli_common import NAME_MAX_BYTES, estimate, safe_name
+from ddlsim.scenarios.cli.common import NAME_MAX_BYTES, safe_name
+from ddlsim.scenarios.cli.cost import estimate
 from ddlsim.scenarios.load import load, load_text
 
 TINY = """

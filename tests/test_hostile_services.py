@@ -244,7 +244,7 @@ def test_the_worker_pool_dies_with_a_killed_parent(tmp_path: Path) -> None:
     # workers; SIGKILL of ddlsim; every process it had started (the 2 workers and
     # multiprocessing's resource tracker) must be gone. Before, they ran on for 20 minutes.
     long = TINY.replace("epochs = 1", "epochs = 200000").replace("samples_per_epoch = 64", "samples_per_epoch = 512")
-    proc = subprocess.Popen([sys.executable, "-m", "ddlsim.scenarios.cli", "simulate", scenario(tmp_path, long),
+    proc = subprocess.Popen([sys.executable, "-m", "ddlsim", "simulate", scenario(tmp_path, long),
                              "--out", str(tmp_path / "out"), "--jobs", "2", "--force", "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started: list[int] = []

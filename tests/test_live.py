@@ -215,7 +215,7 @@ def test_torchrun_worker_runs_a_point_that_replay_reproduces(tmp_path) -> None:
     p = point("async", learners=2, mb=8, epochs=0.5)
     assert trace.header["measured"] and torch.allclose(replay_final(trace, p), weights, atol=1e-5, rtol=0)
     # the user's way to accuracy curves from it: `ddlsim replay TRACE` (no scenario needed)
-    rep = subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", "replay", str(out / "trace.ddlt"),
+    rep = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(out / "trace.ddlt"),
                           "--out", str(tmp_path / "rep"), "--device", "cpu", "--no-report"],
                          capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]

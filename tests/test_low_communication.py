@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ddlsim.analysis.findings import bandwidth_finding, findings, rate
-from ddlsim.scenarios import advise as A
-from ddlsim.scenarios.cli_common import resolve_scenario
+from ddlsim.scenarios.advise import search as A
+from ddlsim.scenarios.bundled import resolve_scenario
 from ddlsim.scenarios.load import load, load_text
 from ddlsim.scenarios.runner import run_sweep
 

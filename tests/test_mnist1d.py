@@ -16,7 +16,7 @@ import torch
 from ddlsim.backends.base import BackendError
 from ddlsim.backends.workloads import build_model, load_data, make_model, mnist1d_arrays
 from ddlsim.scenarios.cli import main
-from ddlsim.scenarios.cli_common import resolve_scenario
+from ddlsim.scenarios.bundled import resolve_scenario
 from ddlsim.scenarios.load import load
 from ddlsim.simulator.catalog import conv1d_lengths, dataset_info, param_count
 from tests.conftest import make_point

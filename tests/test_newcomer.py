@@ -11,9 +11,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 
-from ddlsim.scenarios.cli_common import CATALOGUE, duration
+from ddlsim.scenarios.bundled import CATALOGUE
+from ddlsim.scenarios.cli.table import duration
 
-CLI = [sys.executable, "-m", "ddlsim.scenarios.cli"]
+CLI = [sys.executable, "-m", "ddlsim"]
 SMALL = """
 name = "newcomer"
 [workload]
@@ -106,7 +107,7 @@ def test_durations_in_the_unit_a_reader_wants():
 
 
 def test_failed_point_says_failed_in_the_first_result_column(tmp_path: Path, capsys):
-    from ddlsim.scenarios.cli_common import SIM_TABLE, print_table
+    from ddlsim.scenarios.cli.table import SIM_TABLE, print_table
 
     recs = [{"row": {"run_id": "a", "protocol": "async", "learners": 4, "minibatch": 8, "error": "boom"}},
             {"row": {"run_id": "b", "protocol": "async", "learners": 8, "minibatch": 8, "error": None,

@@ -36,7 +36,7 @@ name = "async"
 
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ddlsim.scenarios.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
 
@@ -210,7 +210,7 @@ def test_sigkill_of_the_parent_leaves_no_live_process_and_no_scratch_folder(tmp_
 
     scratch = Path(tempfile.gettempdir())
     before = set(scratch.glob("ddlsim-live-*"))
-    proc = subprocess.Popen([sys.executable, "-m", "ddlsim.scenarios.cli", "run", "validate-grid", "--backend", "live",
+    proc = subprocess.Popen([sys.executable, "-m", "ddlsim", "run", "validate-grid", "--backend", "live",
                              "--set", "cluster.learners=3", "--set", 'protocol.name="async"', "--set",
                              "cluster.stragglers.fraction=0.0", "--set", "workload.epochs=40", "--out",
                              str(tmp_path / "o"), "--quiet", "--jobs", "1"], start_new_session=True,

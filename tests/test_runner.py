@@ -40,7 +40,7 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_rows(tmp_path: Path) -> N
     scen = tmp_path / "s.toml"
     scen.write_text(SWEEP.format(epochs=40))
     full, cut = tmp_path / "full", tmp_path / "cut"
-    cmd = [sys.executable, "-m", "ddlsim.scenarios.cli", "simulate", str(scen), "--quiet", "--jobs", "1"]
+    cmd = [sys.executable, "-m", "ddlsim", "simulate", str(scen), "--quiet", "--jobs", "1"]
     subprocess.run(cmd + ["--out", str(full)], check=True, capture_output=True)
     proc = subprocess.Popen(cmd + ["--out", str(cut)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -104,7 +104,7 @@ def test_sigterm_stops_a_parallel_sweep_promptly_and_keeps_what_finished(tmp_pat
     scen = tmp_path / "s.toml"
     scen.write_text(SWEEP.format(epochs=60))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "ddlsim.scenarios.cli", "simulate", str(scen), "--quiet",
+    proc = subprocess.Popen([sys.executable, "-m", "ddlsim", "simulate", str(scen), "--quiet",
                              "--jobs", "2", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while len(list(out.glob("runs/*/result.json"))) < 2 and time.time() < deadline:
@@ -122,7 +122,7 @@ def test_each_distinct_simulation_and_replay_runs_once(tmp_path: Path, monkeypat
     # and 5 replays (hardsync has σ = 0: per_gradient is its constant policy); rows stay 6
     import ddlsim.simulator.run as simrun
     from ddlsim.backends.replay import ReplayBackend
-    from ddlsim.scenarios.cli_common import resolve_scenario
+    from ddlsim.scenarios.bundled import resolve_scenario
     from ddlsim.scenarios.load import load
 
     sims, replays = [], []

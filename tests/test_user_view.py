@@ -438,7 +438,7 @@ def test_a_header_field_beyond_the_limit_is_one_line(tmp_path: Path, capsys: pyt
 
 # -- advise's table -------------------------------------------------------------------------------
 def advice(n: int, tmp_path: Path):
-    from ddlsim.scenarios.advise_model import Advice, Candidate
+    from ddlsim.scenarios.advise.model import Advice, Candidate
 
     cands = []
     for i in range(n):
@@ -455,7 +455,7 @@ def advice(n: int, tmp_path: Path):
 
 
 def test_advise_prints_the_top_rows_and_says_where_the_rest_are(tmp_path: Path) -> None:
-    from ddlsim.scenarios.advise_render import render
+    from ddlsim.scenarios.advise.render import render
 
     adv = advice(14, tmp_path)
     text = render(adv, top=5).splitlines()

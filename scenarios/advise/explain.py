@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from ..analysis.metrics import spread, within_intervals
-from ..simulator.catalog import dataset_info
-from .advise_model import SAME, Advice, Candidate, is_number
+from ...analysis.metrics import spread, within_intervals
+from ...simulator.catalog import dataset_info
+from .model import SAME, Advice, Candidate, is_number
 
 
 # -- words -------------------------------------------------------------------------------------

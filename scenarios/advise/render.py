@@ -7,8 +7,8 @@ import io
 import math
 from typing import Any
 
-from .advise_explain import explain, margin, pct, secs
-from .advise_model import Advice
+from .explain import explain, margin, pct, secs
+from .model import Advice
 
 
 def _goal_words(adv: Advice) -> str:

@@ -41,15 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.table import labels
-from ..backends.replay_prefix import UNTIL_EPOCH, cut_index
-from ..simulator.results_folder import write_file
-from .advise_explain import pct, secs
-from .advise_model import EPS, Advice, Candidate, Replicate, err, is_number
-from .advise_render import advice_csv, render
-from .load import Scenario, point_hash
-from .runner import load_result, run_points
-from .schema import ScenarioError
+from ...analysis.table import labels
+from ...backends.replay_prefix import UNTIL_EPOCH, cut_index
+from ...simulator.results_folder import ResultsFolder, write_file
+from .explain import pct, secs
+from .model import EPS, Advice, Candidate, Replicate, err, is_number
+from .render import advice_csv, render
+from ..load import Scenario, point_hash
+from ..runner import load_result, prepare_folder, run_points, write_tables
+from ..schema import ScenarioError
 
 MIN_FRACTION = 0.25      # the first rung: this fraction of each point's horizon (in epochs)
 REDUCTION_FACTOR = 3.0   # η: the best 1/η of a rung continue to the next
@@ -450,9 +450,6 @@ def prune_sweep(scenario: Scenario, out_dir: str | Path, *, min_fraction: float 
     with what it measured there (:data:`PRUNED_COLUMNS`, empty :data:`MEASURED`: it is not a
     failure) and its curve to that rung in ``curves.csv``.
     """
-    from ..simulator.results_folder import ResultsFolder
-    from .runner import prepare_folder, write_tables
-
     fractions = rung_fractions(min_fraction, reduction_factor)
     out = Path(out_dir)
     pts = scenario.points()
