@@ -480,3 +480,30 @@ def test_local_sgd_after_warm_up_with_adam_is_an_independent_post_local_sgd_loop
     states = rep.final_states()
     for i in range(n):
         assert torch.allclose(states[i][0], params[i].detach(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("sets, ar_steps, averagings", [
+    (dict(protocol__name="local_sgd", protocol__local_steps=4), 0, 12),                # ⌈45/4⌉
+    (dict(protocol__name="local_sgd", protocol__local_steps=3, protocol__warmup_steps=10), 10, 12),  # ⌈35/3⌉
+    (dict(protocol__name="local_sgd", protocol__warmup_steps=99), 45, 0),             # warm-up beyond K
+    (dict(protocol__name="diloco", protocol__local_steps=4, protocol__fragments=2), 0, 24),  # 44/2 turns + 2
+    (dict(protocol__name="diloco", protocol__local_steps=5, protocol__fragments=2), 0, 24),  # ⌊5/2⌋ = 2
+    (dict(protocol__name="diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=1), 0, 24),
+    (dict(protocol__name="allreduce", protocol__compression="fp16"), 45, 0),
+])
+def test_rounds_of_a_local_run_count_its_averagings(sets: dict, ar_steps: int, averagings: int) -> None:
+    # truth: hand counts for K = ⌈1437 / 32⌉ = 45 iterations, and the simulated trace's own
+    # synchronisations (all-reduce applies of several inputs; outer ops, or node 1's copies)
+    from ddlsim.simulator.protocols.local import messages, rounds
+
+    rest = {k: v for k, v in sets.items() if k != "protocol__name"}
+    p = point(sets["protocol__name"], **rest)
+    r = rounds(p)
+    assert (r.allreduce_steps, r.averagings) == (ar_steps, averagings)
+    ops = simulate(p).trace.ops
+    kind = ops["kind"]
+    assert int(((kind == T.APPLY) & (ops["in_count"] > 1)).sum()) == ar_steps
+    outer = int((kind == T.OUTER).sum())
+    synced = outer if outer else int(((kind == T.MIX) & (ops["node"] == 1)).sum()) - ar_steps
+    assert synced == averagings
+    assert messages(p, 3) == 4 * (3 * ar_steps + averagings)

@@ -36,9 +36,11 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Sequence
 
+from typing import NamedTuple
+
 from ..dataorder import global_slice_start
 from ..trace import EVAL, TraceBuilder
-from .gossip import AVERAGE, GossipRecorder
+from .gossip import AVERAGE, GossipRecorder, iterations
 
 
 def fragment_tensors(sizes: Sequence[int], fragments: int) -> list[int]:
@@ -59,6 +61,40 @@ def fragment_tensors(sizes: Sequence[int], fragments: int) -> list[int]:
         out.append(f)
         before += s
     return out
+
+
+class Rounds(NamedTuple):
+    """What synchronises a run (:func:`rounds`)."""
+
+    allreduce_steps: int  # steps whose gradients are all-reduced (in buckets)
+    averagings: int       # averagings of the model or of one fragment (one collective each)
+
+
+def rounds(point: dict[str, Any]) -> Rounds:
+    """The all-reduce steps and averagings a local-SGD, DiLoCo or compressed-all-reduce run of
+    ``point`` makes, from its numbers alone: of its K iterations (:func:`.gossip.iterations`),
+    the all-reduce steps (every step of ``allreduce``; local SGD's ``warmup_steps``, at most K),
+    then L local steps with an averaging of one fragment (the whole model when F = 1) after every
+    ⌊H/F⌋ of them but the last, and of all F fragments after the last: ⌊(L − 1)/⌊H/F⌋⌋ + F when
+    L > 0 (F = 1: ⌈L/H⌉). Overlap (τ) moves averagings in time, not their count."""
+    proto = point["protocol"]
+    K = iterations(point)
+    name = proto["name"]
+    warmup = K if name == "allreduce" else (min(int(proto["warmup_steps"]), K) if name == "local_sgd" else 0)
+    local = K - warmup
+    if local <= 0:
+        return Rounds(warmup, 0)
+    F = int(proto["fragments"])
+    every = max(1, int(proto["local_steps"]) // F)
+    return Rounds(warmup, (local - 1) // every + F)
+
+
+def messages(point: dict[str, Any], buckets: int) -> int:
+    """Messages a run of ``point`` simulates, as a pre-run size estimate counts them: every node
+    sends each of ``buckets`` buckets per all-reduce step and one message per averaging
+    (:func:`rounds`; AllReduce-SGD's count is every step's buckets, which over-counts local steps)."""
+    r = rounds(point)
+    return int(point["cluster"]["learners"]) * (r.allreduce_steps * buckets + r.averagings)
 
 
 def averaging_header(point: dict[str, Any], tensors: list[int] | None) -> dict[str, Any]:
