@@ -7,13 +7,17 @@ pure modules only; the simulator → nothing above it. The pure modules are a li
 and each of them imports only pure modules and neither SimPy, numba nor torch. No module
 imports another module's ``_private`` names; the simulator imports neither torch nor the other
 packages; the protocol core imports neither SimPy nor torch; no cycles between modules, not
-even through imports inside functions.
+even through imports inside functions. Inside scenarios the same holds between its parts (the
+language, orchestration, advise, the command line, the evidence generators), and the command
+line leaves torch, matplotlib, numba and SimPy to the functions that need them.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +39,24 @@ ALLOWED: dict[str, dict[str, set[str] | None]] = {
     "ddlsim.analysis": {"ddlsim.simulator": PURE},
     "ddlsim.simulator": {},
 }
+
+# the parts of scenarios/ (docs/design.md): part → its modules (a name with "/" is a package)
+# and the other parts it may import
+SCENARIO_PARTS: dict[str, tuple[str, ...]] = {
+    "language": ("schema", "load", "hardware", "libraries", "bundled", "messages"),
+    "orchestration": ("runner", "executors", "validate", "live_worker"),
+    "advise": ("advise/",),
+    "command line": ("cli/",),
+    "evidence": ("published", "reproduce", "demodoc", "docgen"),
+}
+SCENARIO_ALLOWED: dict[str, set[str]] = {
+    "language": set(),
+    "orchestration": {"language"},
+    "advise": {"language", "orchestration"},
+    "command line": {"language", "orchestration", "advise"},
+    "evidence": {"language", "orchestration", "command line"},
+}
+HEAVY = ("torch", "matplotlib", "numba", "simpy")  # what the command line starts without
 
 
 def _module_name(path: Path) -> str:
@@ -287,3 +309,89 @@ def test_the_simulator_never_imports_torch_and_the_core_never_simpy() -> None:
         if mod.startswith("ddlsim.simulator.protocols") or mod in ("ddlsim.simulator.trace",
                                                                    "ddlsim.simulator.compute"):
             assert not {"simpy", "torch"} & _external(mod), mod
+
+
+def _scenario_part(module: str) -> str | None:
+    """The part of scenarios/ a module belongs to (None: outside scenarios, or the package itself)."""
+    parts = module.split(".")
+    if parts[:2] != ["ddlsim", "scenarios"] or len(parts) < 3:
+        return None
+    for part, names in SCENARIO_PARTS.items():
+        if parts[2] in names or f"{parts[2]}/" in names:
+            return part
+    raise AssertionError(f"{module}: in no part of scenarios/ (SCENARIO_PARTS, docs/design.md)")
+
+
+def test_every_scenarios_module_is_in_one_part() -> None:
+    mods = [m for m in MODULES if m.startswith("ddlsim.scenarios.")]
+    assert {_scenario_part(m) for m in mods} == set(SCENARIO_PARTS)  # and none raises
+    named = [n for names in SCENARIO_PARTS.values() for n in names]
+    assert len(named) == len(set(named))
+    for n in named:  # the table names modules and packages that exist
+        assert (ROOT / "scenarios" / (n if n.endswith("/") else f"{n}.py")).exists(), n
+    assert _scenario_part("ddlsim.scenarios.cli.entry") == "command line"
+    assert _scenario_part("ddlsim.scenarios.advise.search") == "advise"
+    assert _scenario_part("ddlsim.scenarios") is None and _scenario_part("ddlsim.simulator.run") is None
+
+
+def test_the_scenario_parts_are_the_ones_docs_design_states() -> None:
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    table = text.split("| part of `scenarios/` |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    parts, allowed = {}, {}
+    for row in table:
+        part, modules, may = (c.strip() for c in row.strip("|").split("|"))
+        parts[part] = tuple(re.findall(r"`([a-z_/]+)`", modules))
+        allowed[part] = set() if may == "—" else {m.strip() for m in may.split(",")}
+    assert parts == SCENARIO_PARTS
+    assert allowed == SCENARIO_ALLOWED
+
+
+def test_scenario_parts_import_only_what_the_allow_list_names() -> None:
+    bad = []
+    for mod, deps in GRAPH.items():
+        own = _scenario_part(mod)
+        if own is None:
+            continue
+        for d in deps:
+            target = _scenario_part(d)
+            if target is not None and target != own and target not in SCENARIO_ALLOWED[own]:
+                bad.append((mod, d))
+    assert sorted(bad) == []
+
+
+def _function_imports(module: str) -> set[str]:
+    """The modules a module imports inside its functions (absolute names, without the names imported)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    out.update(a.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    out.add(_absolute(node, package))
+    return out
+
+
+def _loads(code: str) -> list[str]:
+    """Which of :data:`HEAVY` a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport sys\nprint('loaded:', *(h for h in {HEAVY!r} if h in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()[-1].split()[1:]
+
+
+def test_the_command_line_starts_without_torch_matplotlib_numba_or_simpy() -> None:
+    # truth: sys.modules of a fresh interpreter that built the whole parser and ran two commands
+    assert _loads("from ddlsim.scenarios.cli import entry\nentry.build_parser()\n"
+                  "assert entry.main(['scenarios']) == 0 and entry.main(['hardware']) == 0") == []
+
+
+def test_the_command_line_imports_inside_functions_only_what_loads_a_heavy_library() -> None:
+    # every other import is at the top of its module (docs/design.md); a lazy one is justified
+    # only by a fresh interpreter loading torch, matplotlib, numba or SimPy when it is imported
+    lazy = {m for mod in MODULES if mod.startswith("ddlsim.scenarios.cli") for m in _function_imports(mod)}
+    assert lazy and all(m.startswith("ddlsim.") for m in lazy), sorted(lazy)
+    light = [m for m in sorted(lazy) if not _loads(f"import {m}")]
+    assert light == []
