@@ -149,7 +149,46 @@ def param_count(model: str, data: DatasetInfo) -> int:
 
 
 Shape = tuple[int, ...]
-SHAPED_MODELS = ("mlp", "logistic", "mnist1d_mlp", "mnist1d_cnn", "lenet", "rudra_cifar")
+SHAPED_MODELS = ("mlp", "logistic", "mnist1d_mlp", "mnist1d_cnn", "lenet", "rudra_cifar", "resnet18")
+# WikiText-2's vocabulary (Merity et al. 2016, "Pointer Sentinel Mixture Models", Table 1)
+WIKITEXT2_VOCAB = 33_278
+
+
+def _resnet18_shapes(stem: Shape, classes: int) -> list[Shape]:
+    """ResNet-18's tensors in ``parameters()`` order: the stem convolution ``stem`` and its batch
+    norm, four stages of two basic blocks (3×3 convolutions without bias, each followed by a
+    batch norm's weight and bias; a stage's first block downsamples by a 1×1 convolution and its
+    batch norm after the block's own), then the classifier (He et al. 2016, Table 1)."""
+    out: list[Shape] = [stem, (64,), (64,)]
+    width = 64
+    for planes in (64, 128, 256, 512):
+        for block in range(2):
+            cin = width if block == 0 else planes
+            out += [(planes, cin, 3, 3), (planes,), (planes,), (planes, planes, 3, 3), (planes,), (planes,)]
+            if block == 0 and cin != planes:
+                out += [(planes, cin, 1, 1), (planes,), (planes,)]
+        width = planes
+    return out + [(classes, 512), (classes,)]
+
+
+def cifar_resnet18_shapes(classes: int = 10) -> list[Shape]:
+    """The CIFAR ResNet-18 the PowerSGD paper trains (the authors' code, epfml: a 3×3 stride-1
+    stem without max-pool, else torchvision's layout): 11,173,962 parameters for 10 classes."""
+    return _resnet18_shapes((64, 3, 3, 3), classes)
+
+
+def lstm_lm_shapes(vocab: int = WIKITEXT2_VOCAB, embedding: int = 650, hidden: int = 650, layers: int = 3,
+                   tied: bool = True) -> list[Shape]:
+    """PyTorch's word-language-model ``RNNModel`` (LSTM), which the PowerSGD paper's code builds:
+    the embedding (vocab × embedding), per layer ``weight_ih`` (4h × input), ``weight_hh``
+    (4h × h), ``bias_ih`` and ``bias_hh`` (4h), then the decoder's weight (vocab × h; absent when
+    tied to the embedding, as ``parameters()`` lists a shared tensor once) and bias (vocab)."""
+    out: list[Shape] = [(vocab, embedding)]
+    for layer in range(layers):
+        out += [(4 * hidden, embedding if layer == 0 else hidden), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,)]
+    if not tied:
+        out.append((vocab, hidden))
+    return out + [(vocab,)]
 
 
 def param_shapes(model: str, data: DatasetInfo) -> list[Shape] | None:
@@ -187,4 +226,6 @@ def param_shapes(model: str, data: DatasetInfo) -> list[Shape] | None:
         for _ in range(3):
             h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
         return [(32, ch, 5, 5), (32,), (32, 32, 5, 5), (32,), (64, 32, 5, 5), (64,)] + linear(64 * h * w, c)
+    if model == "resnet18":  # torchvision resnet18(num_classes=c): 7×7 stride-2 stem (grey images repeated to RGB)
+        return _resnet18_shapes((64, 3, 7, 7), c)
     return None

@@ -313,7 +313,7 @@ def test_stacked_replay_of_local_sgd_equals_the_generic_replay() -> None:
 
 @pytest.mark.parametrize("model, dataset", [("mlp", "digits"), ("logistic", "digits"), ("mnist1d_mlp", "mnist1d"),
                                             ("mnist1d_cnn", "mnist1d"), ("lenet", "digits"),
-                                            ("rudra_cifar", "digits")])
+                                            ("rudra_cifar", "digits"), ("resnet18", "digits")])
 def test_the_catalogue_s_tensor_shapes_are_the_torch_models(model: str, dataset: str) -> None:
     # truth: the backends' own torch modules, built for the data set
     from ddlsim.simulator.catalog import dataset_info, param_shapes
@@ -507,3 +507,32 @@ def test_rounds_of_a_local_run_count_its_averagings(sets: dict, ar_steps: int, a
     synced = outer if outer else int(((kind == T.MIX) & (ops["node"] == 1)).sum()) - ar_steps
     assert synced == averagings
     assert messages(p, 3) == 4 * (3 * ar_steps + averagings)
+
+
+def test_the_powersgd_paper_s_models_have_torch_s_shapes() -> None:
+    # truth: torch's own modules. The paper's CIFAR ResNet-18 is torchvision's with a 3×3 stride-1
+    # stem; its LSTM is nn.Embedding, nn.LSTM and a decoder tied to the embedding (PyTorch's
+    # word_language_model RNNModel), on WikiText-2's 33,278 words
+    from torchvision.models import resnet18
+
+    from ddlsim.simulator.catalog import cifar_resnet18_shapes, lstm_lm_shapes
+
+    net = resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    assert cifar_resnet18_shapes(10) == [tuple(t.shape) for t in net.parameters()]
+    assert sum(math.prod(s) for s in cifar_resnet18_shapes(10)) == 11_173_962
+
+    class LM(torch.nn.Module):
+        def __init__(self, vocab: int, tied: bool) -> None:
+            super().__init__()
+            self.encoder = torch.nn.Embedding(vocab, 650)
+            self.rnn = torch.nn.LSTM(650, 650, 3)
+            self.decoder = torch.nn.Linear(650, vocab)
+            if tied:
+                self.decoder.weight = self.encoder.weight
+
+    for tied in (True, False):
+        lm = LM(1000, tied)
+        assert lstm_lm_shapes(1000, tied=tied) == [tuple(t.shape) for t in lm.parameters()]
+    # 33,278 × 650 + 3 × (2 · 2600 · 650 + 2 · 2600) + 33,278, counted by hand
+    assert sum(math.prod(s) for s in lstm_lm_shapes()) == 33_278 * 650 + 3 * (2 * 2600 * 650 + 2 * 2600) + 33_278
