@@ -46,7 +46,7 @@ class Scenario:
     base: dict[str, Any]
     axes: list[tuple[str, list[Any]]]
     explicit: frozenset[str] = frozenset()  # keys the scenario sets itself (presets do not override them)
-    # training samples in the files of a data set read from --data-dir (cli_common.check_data_sets):
+    # training samples in the files of a data set read from --data-dir (cli.common.check_data_sets):
     # an epoch is that many unless workload.samples_per_epoch is set, and it may not ask for more
     data_sizes: dict[str, int] = field(default_factory=dict)
 
