@@ -22,7 +22,11 @@ simulated trace's structure and its replay (:mod:`.replay_local`) reproduces the
   averaging) all-reduces the pseudo-gradients ``Δ_i = anchor − x_i`` (compressed as above,
   one PowerSGD state per fragment) and every node takes the outer step
   (:class:`.optim.OuterOptimizer`, one momentum buffer per fragment) from the anchor, the
-  weights all nodes held after the fragment's previous averaging.
+  weights all nodes held after the fragment's previous averaging;
+* DiLoCo with overlap τ = ``protocol.overlap`` > 0: at a fragment's turn the node starts the
+  all-reduce of its pseudo-gradient (uncompressed: ``all_reduce(async_op=True)``; compressed:
+  its all-reduces at once, the result kept), takes τ more local steps, then waits for it and
+  puts the outer step's result in place of the fragment (the replay's rule).
 
 Compute, stragglers, heartbeats and emulated compute are the gossip nodes' (:class:`.live_gossip.Node`).
 """
@@ -60,23 +64,34 @@ def covers(point: dict[str, Any]) -> bool:
                                                 and proto.get("compression", "none") != "none")
 
 
-def schedule(point: dict[str, Any]) -> Iterator[tuple[int, bool, list[int]]]:
-    """The run's steps in order, as the simulator takes them: ``(k, all-reduce step?, the
-    fragments averaged after it)`` (``[-1]`` the whole model, ``[]`` none)."""
+Action = tuple[str, int]  # ("avg" | "prep" | "sync", fragment): −1 the whole model
+
+
+def schedule(point: dict[str, Any]) -> Iterator[tuple[int, bool, list[Action]]]:
+    """The run's steps in order, as the simulator takes them: ``(k, all-reduce step?, what
+    follows it)``: ``("avg", f)`` a blocking averaging of fragment f (−1 the whole model),
+    ``("prep", f)`` the start of an overlapped one (DiLoCo's ``protocol.overlap`` τ > 0), and
+    ``("sync", f)`` its landing τ steps later (:mod:`..simulator.local_sgd`'s rule)."""
     proto = point["protocol"]
     K = iterations(point)
     name = proto["name"]
     warmup = K if name == "allreduce" else (int(proto.get("warmup_steps", 0)) if name == "local_sgd" else 0)
     H, F = int(proto.get("local_steps", 1)), int(proto.get("fragments", 1))
+    tau = int(proto.get("overlap", 0)) if name == "diloco" else 0
     every = max(1, H // F)
     local = turn = 0
+    pending: tuple[int, int] | None = None  # (fragment, the step count after which it lands)
     for k in range(K):
         if k < warmup:
             yield k, True, []
             continue
         local += 1
-        last = k == K - 1
-        frags: list[int] = []
+        done = k + 1
+        last = done == K
+        acts: list[Action] = []
+        if pending is not None and done == pending[1]:
+            acts.append(("sync", pending[0]))
+            pending = None
         if local % every == 0 or last:
             if F == 1:
                 frags = [-1]
@@ -85,7 +100,12 @@ def schedule(point: dict[str, Any]) -> Iterator[tuple[int, bool, list[int]]]:
             else:
                 frags = [turn]
                 turn = (turn + 1) % F
-        yield k, False, frags
+            if tau and not last and done + tau < K:
+                acts.append(("prep", frags[0]))
+                pending = (frags[0], done + tau)
+            else:
+                acts += [("avg", f) for f in frags]
+        yield k, False, acts
 
 
 def known_shapes(point: dict[str, Any]) -> list[tuple[int, ...]] | None:
@@ -141,6 +161,7 @@ class LocalNode:
         self.outer = {f: OuterOptimizer(lr, momentum) for f in self.slices if f >= 0}
         self.powersgd: dict[tuple[str, int], PowerSGDState] = {}
         self.rounds: dict[tuple[str, int], int] = {}
+        self.in_flight: tuple[int, Tensor, Any] | None = None  # overlapped: (fragment, sum or mean, work)
 
     # -- arithmetic --------------------------------------------------------------------------
     def _average(self, flat: Tensor, tensors: list[int], what: str, fragment: int) -> Tensor:
@@ -219,14 +240,56 @@ class LocalNode:
         me.version += 1
         me.log.append(("avg", fragment, t0, time.monotonic()))
 
+    def prepare(self, fragment: int) -> None:
+        """Start the overlapped averaging of ``fragment``'s pseudo-gradient (uncompressed: an
+        asynchronous ``all_reduce``; compressed: its all-reduces now, the result kept) and go on."""
+        me = self.me
+        t0 = time.monotonic()
+        f = max(fragment, 0)
+        lo, hi, tensors = self.slices[fragment]
+        delta = self.anchor[f] - me.x[lo:hi]
+        if self.compression == "none":
+            total = delta.clone()
+            work = dist.all_reduce(total, async_op=True)
+            self.in_flight = (fragment, total, work)
+        else:
+            self.in_flight = (fragment, self._average(delta, tensors, "outer", fragment), None)
+        me.log.append(("prep", fragment, t0, time.monotonic()))
+
+    def sync(self, fragment: int) -> None:
+        """Wait for the overlapped averaging of ``fragment`` and take the outer step's result in
+        place of the fragment (the node's own progress on it since is dropped: α = 0)."""
+        me = self.me
+        t0 = time.monotonic()
+        assert self.in_flight is not None and self.in_flight[0] == fragment
+        _, total, work = self.in_flight
+        self.in_flight = None
+        if work is not None:  # the sum of an uncompressed all-reduce; a compressed one kept its mean
+            work.wait()
+            total = total / self.n
+        f = max(fragment, 0)
+        lo, hi, _ = self.slices[fragment]
+        new = self.outer[f].step_delta(self.anchor[f], total)
+        x = me.x.clone()
+        x[lo:hi] = new
+        me.x = x
+        self.anchor[f] = new.clone()
+        me.version += 1
+        me.log.append(("sync", fragment, t0, time.monotonic()))
+
     def run(self) -> None:
-        for k, is_ar, frags in schedule(self.me.point):
+        for k, is_ar, acts in schedule(self.me.point):
             if is_ar:
                 self.allreduce_step(k)
             else:
                 self.local_step(k)
-            for f in frags:
-                self.averaging(f)
+            for what, f in acts:
+                if what == "avg":
+                    self.averaging(f)
+                elif what == "prep":
+                    self.prepare(f)
+                else:
+                    self.sync(f)
 
 
 def local_node(point: dict[str, Any], rank: int, out: str) -> None:
@@ -235,9 +298,6 @@ def local_node(point: dict[str, Any], rank: int, out: str) -> None:
     refusal = live_refusal(point)
     if refusal:
         raise BackendError(refusal)
-    if point["protocol"]["name"] == "diloco" and int(point["protocol"].get("overlap", 0)):
-        raise BackendError(f"protocol.overlap = {point['protocol']['overlap']}: the live backend averages "
-                           "DiLoCo's fragments blocking; overlapped streaming DiLoCo is simulated and replayed only")
     me = Node(point, rank)
     me.heartbeat = Heartbeat(out, rank)
     run = LocalNode(me)
@@ -275,7 +335,8 @@ def merge(point: dict[str, Any], logs: list[list[tuple]], epoch0: float) -> Loca
             at[i] += 1
         return row
 
-    for k, is_ar, frags in schedule(point):
+    holder = 0
+    for k, is_ar, acts in schedule(point):
         row = take()
         starts = [e[2] - epoch0 for e in row]
         ends = [e[3] - epoch0 for e in row]
@@ -285,10 +346,15 @@ def merge(point: dict[str, Any], logs: list[list[tuple]], epoch0: float) -> Loca
         else:
             rec.local_step(k, starts, ends, done)
         end = max([end] + done)
-        for f in frags:
+        for what, f in acts:
             row = take()
             t0, t1 = max(e[2] for e in row) - epoch0, max(e[3] for e in row) - epoch0
-            rec.average(t0, t1, f)
+            if what == "avg":
+                rec.average(t0, t1, f)
+            elif what == "prep":
+                holder = rec.prepare(t0, t1, f)
+            else:
+                rec.sync(f, holder, [e[3] - epoch0 for e in row])
             end = max(end, t1)
     rec.finish(end)
     return rec

@@ -40,6 +40,8 @@ SCHEDULES = [
     dict(protocol__name="diloco", protocol__local_steps=2, protocol__compression="powersgd"),
     dict(protocol__name="allreduce", protocol__compression="fp16"),
     dict(protocol__name="allreduce", protocol__compression="powersgd", protocol__powersgd_warmup=3),
+    dict(protocol__name="diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=1),
+    dict(protocol__name="diloco", protocol__local_steps=3, protocol__overlap=2, cluster__learners=3),
 ]
 
 
@@ -52,13 +54,13 @@ def test_the_live_schedule_records_the_simulated_trace(sets: dict) -> None:
     n = p["cluster"]["learners"]
     logs: list[list[tuple]] = [[] for _ in range(n)]
     t = 0.0
-    for k, is_ar, frags in schedule(p):
+    for k, is_ar, acts in schedule(p):
         for i in range(n):
             logs[i].append(("ar" if is_ar else "local", k, t, t + 0.5, t + 0.6))
         t += 1.0
-        for f in frags:
+        for what, f in acts:
             for i in range(n):
-                logs[i].append(("avg", f, t, t + 0.25))
+                logs[i].append((what, f, t, t + 0.25))
             t += 1.0
     trace = merge(p, logs, 0.0).tb.build(dict(sim.header))
     assert trace.n_ops == sim.n_ops
@@ -81,6 +83,9 @@ LIVE_CASES = {
     # DiLoCo, two fragments, PowerSGD on the pseudo-gradients (error feedback, warm start per fragment)
     "diloco_powersgd": (dict(protocol__name="diloco", protocol__local_steps=4, protocol__fragments=2,
                              protocol__compression="powersgd", protocol__powersgd_rank=2), 1e-5),
+    # streaming DiLoCo overlapping each fragment's all-reduce with one inner step (async all_reduce)
+    "diloco_overlap": (dict(protocol__name="diloco", protocol__local_steps=4, protocol__fragments=2,
+                            protocol__overlap=1), 1e-5),
     # compressed gradients: fp16 casts summed in fp16 (two nodes: gloo's sum is the replay's)
     "allreduce_fp16": (dict(protocol__name="allreduce", protocol__compression="fp16"), 1e-5),
 }
