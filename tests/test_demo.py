@@ -101,3 +101,15 @@ def test_advise_by_successive_halving_is_within_two_test_samples_of_the_best(dem
     line = next(s for s in proc.stdout.splitlines() if s.startswith("Recommended:"))
     got = float(re.search(r"([0-9.]+) % test error", line).group(1)) / 100
     assert best <= got + 0.0005 + 1e-9 and got - best <= 2 / 360 + 1e-9, (line, best)  # printed to 0.1 %
+
+
+def test_demodoc_writes_only_where_docs_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # no default path into the source tree: without --docs it refuses before running the demo
+    from ddlsim.scenarios import demodoc
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        demodoc.main([])
+    assert e.value.code == 2 and "--docs" in capsys.readouterr().err.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []

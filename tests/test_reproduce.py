@@ -71,3 +71,13 @@ def test_lr_table_gives_the_mean_and_range_of_the_seeds_summary_rows(note: Path)
         assert len(vals) == R.QUICK.replicates
         assert float(mean) == pytest.approx(sum(vals) / len(vals), abs=0.051)
         assert (float(lo), float(hi)) == (pytest.approx(min(vals), abs=0.051), pytest.approx(max(vals), abs=0.051))
+
+
+def test_without_out_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # the note goes only where --out says: no default path into the source tree or the working directory
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        R.main(["--quick", "--quiet"])
+    assert e.value.code == 2 and "--out" in capsys.readouterr().err.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []

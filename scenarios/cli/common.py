@@ -1,7 +1,7 @@
 """What the ``ddlsim`` commands share: the scenario argument and its options, output folders,
 the data sets a backend will read.
 
-Every command module imports from here; nothing here imports a command module.
+The command modules import from here; nothing here imports a command module.
 """
 
 from __future__ import annotations
