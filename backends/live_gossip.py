@@ -11,12 +11,15 @@ backend reproduces the live weights and the trace's structure is the simulator's
   takes the same optimizer step with the rules' weights (``allreduce_weights``: 1/N each);
   the trace holds that as one apply on node 0 (all N gradients at those weights) and a copy
   mix (src 0, coef 1, self 0) on every other node.
-* ``sgp`` (synchronous, overlap 0): grad at x/w, apply, send the post-apply state and the
-  node's share to the rules' out-peers (``isend``, non-blocking), keep one share (a mix of coef
-  0, self_coef = the share), receive the in-peers' (blocking ``irecv`` + wait: with τ = 0 a node
-  may go on only when every message of its iteration is in) and mix each (coef = the share
-  the message carries, self_coef 1). A message carries x and a float64 header [sender
-  version, w, share].
+* ``sgp`` with overlap τ (``protocol.overlap``): grad at x/w, apply, send the post-apply state
+  and the node's share to the rules' out-peers (``isend``, waited only at the end), keep one
+  share (a mix of coef 0, self_coef = the share); every expected message has its own ``irecv``
+  (:class:`SGPInbox`); at the boundary of iteration k the held messages of iterations ≤ k are
+  mixed (coef = the share the message carries, self_coef 1), and the node starts k + 1 when
+  every message of iterations ≤ k − τ is in, mixing on arrival while it waits: the rules'
+  ``sgp_mix_at_boundary``, ``sgp_advance``, ``sgp_may_advance`` and ``sgp_mix_on_arrival``,
+  as the SimPy engine calls them. A message carries x and a float64 header [sender version,
+  w, share].
 * ``dpsgd``, the simulator's two schedules: ``overlap`` 0 (default, blocking): compute the
   gradient, step, send the stepped state to this iteration's neighbours in the rules' send
   order (``isend``), receive theirs, mix in the rules' order with their coefficients (the
@@ -30,8 +33,10 @@ merges the logs by time into one trace after the run.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -42,7 +47,8 @@ from ..simulator.dataorder import SampleStream, global_slice_start, shard_start
 from ..simulator.protocols import (GLOBAL_SLICE, SHARD, GossipRecorder, clean_point, header_for, iterations,
                                    live_refusal)
 from ..simulator.protocols.gossip_rules import (KEPT_COEF, RECEIVED_SELF_COEF, DPSGDRules, SGPRules,
-                                                allreduce_weights)
+                                                allreduce_weights, sgp_advance, sgp_may_advance,
+                                                sgp_mix_at_boundary, sgp_mix_on_arrival)
 from .base import BackendError
 from .optim import Optimizer
 from .flatmodel import FlatModel
@@ -74,19 +80,22 @@ class Node:
         self.log: list[tuple] = []  # (time, kind, fields...)
         self.heartbeat: Heartbeat | None = None
 
-    def gradient(self, start: int) -> tuple[torch.Tensor, float, float]:
-        """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``;
+    def gradient(self, start: int, state: tuple[torch.Tensor, float] | None = None
+                 ) -> tuple[torch.Tensor, float, float]:
+        """(gradient at x/w, t_start, t_end) for the minibatch at stream position ``start``, at
+        ``state`` = (x, w) when given (a state read earlier), else at the node's own;
         ``live.fail_learner`` = this node fails after ``live.fail_after`` gradients
         (:func:`.live_faults.fail_if_due`); each finished gradient beats the heartbeat."""
+        x, w = state if state is not None else (self.x, self.w)
         fail_if_due(self.point["live"], self.i, self.computed)
         self.computed += 1
         t0 = time.monotonic()
         if self.emulated:
             end = self.clock.finish(t0, self.clock.draws.next())
-            g = torch.zeros_like(self.x)
+            g = torch.zeros_like(x)
         else:
             idx = torch.from_numpy(self.stream.indices(start, self.mu) % len(self.data.train_y))
-            z = self.x if self.w == 1.0 else self.x / self.w
+            z = x if w == 1.0 else x / w
             g, _ = self.flat.grad(z.clone(), self.data.train_x[idx], self.data.train_y[idx])
             end = self.clock.finish(t0, (time.monotonic() - t0) * self.slowdown)
         delay = end - time.monotonic()
@@ -139,41 +148,176 @@ def _allreduce(me: Node, K: int) -> None:
         me.log.append((time.monotonic(), "round", k, weights))
 
 
+class Message(NamedTuple):
+    """A received SGP message: the sender's iteration ``k``, rank ``src``, its state ``x`` of
+    ``version`` with weight ``w``, and the ``share`` (the mix's coef) its rules gave it."""
+
+    k: int
+    src: int
+    version: int
+    w: float
+    share: float
+    x: torch.Tensor
+
+
+class SGPInbox:
+    """Node ``i``'s SGP messages, each received by its own ``irecv`` pair (header, state).
+
+    :meth:`post_through` posts the receives of the messages of iterations ≤ k (in iteration
+    order); gloo's requests cannot be tested without blocking, so one waiter thread per
+    sender waits for that sender's posted receives in order and hands each message over
+    when it is in: :meth:`arrived` (what is in now, without blocking) and :meth:`next` (the
+    next message, blocking). A failed receive (a timeout, a peer gone) ends its sender's
+    waiter; :meth:`next` raises when no other sender's posted receive is still pending, the
+    last failure first (this node's own timeout rather than a peer's earlier exit).
+    """
+
+    def __init__(self, rules: SGPRules, i: int, K: int, like: torch.Tensor) -> None:
+        self.expected = [(k, j) for k in range(K) for j in rules.senders(i, k)]
+        self.posted = 0
+        self.remaining = len(self.expected)
+        self.like = like
+        self.inbox: queue.SimpleQueue[Message | tuple[int, BaseException]] = queue.SimpleQueue()
+        self.to_wait: dict[int, queue.SimpleQueue[Any]] = {}
+        self.pending: dict[int, int] = {}  # per sender: receives posted, not yet handed over
+        self.failed: dict[int, BaseException] = {}
+
+    def post_through(self, k_last: int) -> None:
+        """Post the receives of every expected message of iterations ≤ ``k_last``."""
+        while self.posted < len(self.expected) and self.expected[self.posted][0] <= k_last:
+            k, j = self.expected[self.posted]
+            self.posted += 1
+            h, xs = torch.zeros(3, dtype=torch.float64), torch.zeros_like(self.like)
+            if j not in self.to_wait:
+                self.to_wait[j] = queue.SimpleQueue()
+                self.pending[j] = 0
+                threading.Thread(target=self._wait_for, args=(j, self.to_wait[j]), daemon=True,
+                                 name=f"sgp-recv-{j}").start()
+            self.pending[j] += 1
+            self.to_wait[j].put((k, h, xs, dist.irecv(h, j, tag=2 * k), dist.irecv(xs, j, tag=2 * k + 1)))
+
+    def _wait_for(self, j: int, posted: queue.SimpleQueue[Any]) -> None:
+        while True:
+            item = posted.get()
+            if item is None:
+                return
+            k, h, xs, rh, rx = item
+            try:
+                _wait(rh)
+                _wait(rx)
+            except BaseException as e:  # handed to the node's loop
+                self.inbox.put((j, e))
+                return
+            self.inbox.put(Message(k, j, int(h[0]), float(h[1]), float(h[2]), xs))
+
+    def _take(self, got: Message | tuple[int, BaseException]) -> Message | None:
+        if isinstance(got, Message):
+            self.remaining -= 1
+            self.pending[got.src] -= 1
+            return got
+        self.failed[got[0]] = got[1]
+        return None
+
+    def arrived(self) -> list[Message]:
+        """The messages in now, in arrival order (no waiting)."""
+        out: list[Message] = []
+        while True:
+            try:
+                got = self._take(self.inbox.get_nowait())
+            except queue.Empty:
+                return out
+            if got is not None:
+                out.append(got)
+
+    def next(self) -> Message:
+        """The next message to arrive (waits for it)."""
+        while True:
+            if self.failed and not any(n for j, n in self.pending.items() if j not in self.failed):
+                raise list(self.failed.values())[-1]
+            got = self._take(self.inbox.get())
+            if got is not None:
+                return got
+
+    def close(self) -> None:
+        """Stop the waiter threads (every message is in)."""
+        for posted in self.to_wait.values():
+            posted.put(None)
+
+
 def _sgp(me: Node, K: int) -> None:
+    """SGP with overlap τ around the rules: iteration k: grad at x/w, apply, send the stepped
+    state and the share to the out-peers (``isend``, never waited before the end), keep one
+    share; at the boundary mix the held messages of iterations ≤ k (``sgp_mix_at_boundary``);
+    start k + 1 when every message of iterations ≤ k − τ is in (``sgp_advance``,
+    ``sgp_may_advance``), mixing while waiting what arrives of iterations ≤ k
+    (``sgp_mix_on_arrival``); after the last iteration mix everything as it arrives."""
     rules = SGPRules.of_point(me.point)
-    n, mu, i = me.n, me.mu, me.i
+    n, mu, i, tau = me.n, me.mu, me.i, rules.tau
+    inbox = SGPInbox(rules, i, K, me.x)
+    arrived = [0] * (n * K)  # sgp_advance's ring, K slots per node (never wrapped); row i is ours
+    indeg = [d for row in rules.indeg for d in row]
+    complete = -1  # every message of iterations ≤ complete is in
+    held: list[Message] = []
+    sends: list[dist.Work | None] = []
+
+    def count(msg: Message) -> int:
+        arrived[i * K + msg.k] += 1
+        return sgp_advance(arrived, K, complete, K, indeg, rules.phases, n, i)
+
+    def mix(msg: Message) -> None:
+        sc = RECEIVED_SELF_COEF
+        me.x = torch.add(me.x if sc == 1.0 else me.x * sc, msg.x, alpha=msg.share)  # = the replay's mix
+        me.w = sc * me.w + msg.share * msg.w
+        me.log.append((time.monotonic(), "mix", i, me.version, msg.src, msg.version, msg.share, sc))
+        me.version += 1
+
     for k in range(K):
+        inbox.post_through(min(K - 1, k + tau + 1))  # those a peer ahead of us may send meanwhile
         start = shard_start(k, i, n, mu, me.spe)
         g, t0, t1 = me.gradient(start)
         me.log.append((t1, "grad", i, me.version, start, k, t0))
         # the learning rate follows this node's own progress; the trace records that epoch
         epoch = (k + 1) * n * mu / me.spe
         me.x = me.opt.step(i, me.x, g, me.opt.apply_rate(epoch, [1.0], [0])[1], me.w)
-        me.log.append((time.monotonic(), "apply", me.version, epoch))
+        me.log.append((time.monotonic(), "apply", me.version, epoch, 0))
         me.version += 1
         c = rules.share(i, k)
-        sent_version, sent_x, sent_w = me.version, me.x, me.w
-        reqs = []
+        sent_version, sent_x, sent_w = me.version, me.x, me.w  # me.x is replaced below, never written in place
         header = torch.tensor([sent_version, sent_w, c], dtype=torch.float64)
         for j in rules.sends(i, k):
-            reqs.append(dist.isend(header, j, tag=2 * k))
-            reqs.append(dist.isend(sent_x, j, tag=2 * k + 1))
+            sends.append(dist.isend(header, j, tag=2 * k))
+            sends.append(dist.isend(sent_x, j, tag=2 * k + 1))
         # keep one share: x ← KEPT_COEF·x_i(sent) + c·x (= c·x)
         me.x, me.w = me.x * c, me.w * c
         me.log.append((time.monotonic(), "mix", i, me.version, i, sent_version, KEPT_COEF, c))
         me.version += 1
-        # τ = 0: the node goes on when every message of iteration k is in (sgp_may_advance)
-        for j in rules.senders(i, k):
-            h, xs = torch.zeros(3, dtype=torch.float64), torch.zeros_like(me.x)
-            _wait(dist.irecv(h, j, tag=2 * k))
-            _wait(dist.irecv(xs, j, tag=2 * k + 1))
-            src_version, ws, cj, sc = int(h[0]), float(h[1]), float(h[2]), RECEIVED_SELF_COEF
-            me.x = torch.add(me.x if sc == 1.0 else me.x * sc, xs, alpha=cj)  # = the replay's mix
-            me.w = sc * me.w + cj * ws
-            me.log.append((time.monotonic(), "mix", i, me.version, j, src_version, cj, sc))
-            me.version += 1
-        for r in reqs:
-            _wait(r)
+        # the boundary of iteration k: what came in while computing is held, then mixed if its
+        # iteration is ≤ k
+        for msg in inbox.arrived():
+            complete = count(msg)
+            held.append(msg)
+        keep = []
+        for msg in held:
+            if sgp_mix_at_boundary(msg.k, k):
+                mix(msg)
+            else:
+                keep.append(msg)
+        held = keep
+        while not sgp_may_advance(complete, k, tau):
+            msg = inbox.next()
+            complete = count(msg)
+            if sgp_mix_on_arrival(msg.k, k):
+                mix(msg)
+            else:
+                held.append(msg)
+    inbox.post_through(K - 1)
+    for msg in held:  # none: the last boundary mixed every held message
+        mix(msg)
+    while inbox.remaining:  # finished: every message is mixed on arrival
+        mix(inbox.next())
+    inbox.close()
+    for r in sends:
+        _wait(r)
 
 
 def _dpsgd(me: Node, K: int) -> None:
@@ -185,7 +329,7 @@ def _dpsgd(me: Node, K: int) -> None:
     def step(g: torch.Tensor, k: int) -> None:
         epoch = (k + 1) * n * mu / me.spe
         me.x = me.opt.step(i, me.x, g, me.opt.apply_rate(epoch, [1.0], [0])[1], me.w)
-        me.log.append((time.monotonic(), "apply", me.version, epoch))
+        me.log.append((time.monotonic(), "apply", me.version, epoch, 0))
         me.version += 1
 
     for k in range(K):
@@ -260,7 +404,7 @@ def _merge(point: dict[str, Any], logs: list[list[tuple]], epoch0: float) -> Gos
                 _, _, _, v, _, k, t0 = e
                 last_grad[i] = rec.grad(i, k, v, t0 - epoch0, t)
             elif e[1] == "apply":
-                rec.apply(i, last_grad.pop(i), 0, t, epoch=e[3])
+                rec.apply(i, last_grad.pop(i), e[4], t, epoch=e[3])
             else:
                 _, _, _, _, src, src_v, coef, self_coef = e
                 rec.mix(i, src, src_v, coef, self_coef, t, t)

@@ -12,7 +12,12 @@ have, made when the point is built (both engines stay in agreement):
 * **achievable intra-node bandwidth** (``intra_efficiency``): ``intra_bandwidth_Bps`` × the share;
 * **compute jitter** (``jitter_cv``): lognormal compute of that coefficient of variation, so a
   barrier waits for the slowest of N draws (the engines' own draws);
-* **the bucket** (``bucket_bytes``): ``protocol.bucket_bytes``.
+* **the bucket** (``bucket_bytes``): ``protocol.bucket_bytes``;
+* **a ring that leaves the NVLink mesh** (``wide_ring_gpus``, ``wide_ring_bus_Bps``): with more
+  than ``wide_ring_gpus`` GPUs per node, ``intra_bandwidth_Bps`` is at most ``wide_ring_bus_Bps``
+  (NCCL 1's ring in device order on a DGX-1 steps from GPU 3 to 4 and 7 to 0, which no NVLink joins);
+* **layer-wise pull** (``pull``): ``cluster.server.pull`` (the pull of the weights overlaps the
+  forward pass, :mod:`..simulator.ps`).
 
 A figure only applies to a key the scenario does not set itself, and only with a library
 named: a point of plain numbers is unchanged. Independently of the library:
@@ -46,7 +51,7 @@ from .schema import ScenarioError, set_dotted
 
 LIBRARIES_FILE = Path(__file__).resolve().parent / "libraries.toml"
 FIGURES = ("bucket_bytes", "intra_efficiency", "framework_s_per_param", "cycle_s", "overlap_slowdown", "jitter_cv",
-           "rpc_efficiency", "rpc_loopback_Bps")
+           "rpc_efficiency", "rpc_loopback_Bps", "pull", "wide_ring_gpus", "wide_ring_bus_Bps")
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,6 +116,11 @@ def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, l
             fill("protocol.bucket_bytes", int(lib["bucket_bytes"]))
         if "intra_efficiency" in lib:
             fill("cluster.network.intra_bandwidth_Bps", net["intra_bandwidth_Bps"] * float(lib["intra_efficiency"]))
+        if "wide_ring_bus_Bps" in lib and cl["gpus_per_node"] > int(lib["wide_ring_gpus"]):
+            fill("cluster.network.intra_bandwidth_Bps",
+                 min(net["intra_bandwidth_Bps"], float(lib["wide_ring_bus_Bps"])))
+        if "pull" in lib:
+            fill("cluster.server.pull", str(lib["pull"]))
         if "framework_s_per_param" in lib:
             fill("cluster.compute.base_s", comp["base_s"] + float(lib["framework_s_per_param"]) * _params(point))
         if "overlap_slowdown" in lib and cl["learners"] > 1:
@@ -167,11 +177,16 @@ def _server_mechanisms(point: dict[str, Any], explicit: frozenset[str], lib: dic
         net["bandwidth_Bps"] = net["bandwidth_Bps"] * float(lib["rpc_efficiency"])
 
 
+def _figure(value: Any) -> str:
+    """A figure as the listings print it: a number in ``g`` format, a word as it is."""
+    return value if isinstance(value, str) else f"{value:g}"
+
+
 def listing() -> list[str]:
     """The presets in a few lines each (``ddlsim hardware``)."""
     lines = ["Libraries (protocol.library; each figure's source in docs/hardware.md):"]
     for key, lib in libraries().items():
-        figures = [f"{f} {lib[f]:g} [{source_of(lib, f)}]" for f in FIGURES if f in lib]
+        figures = [f"{f} {_figure(lib[f])} [{source_of(lib, f)}]" for f in FIGURES if f in lib]
         lines.append(f"  {key:10s} {lib['name']}")
         lines.append(f"             {', '.join(figures)}")
     return lines
@@ -183,7 +198,7 @@ def markdown() -> list[str]:
     for key, lib in libraries().items():
         for f in FIGURES:
             if f in lib:
-                out.append(f"| `{key}` | {lib['name']} | {lib['family']} | {f} | {lib[f]:g} | "
+                out.append(f"| `{key}` | {lib['name']} | {lib['family']} | {f} | {_figure(lib[f])} | "
                            f"{source_of(lib, f)} |")
     return out
 

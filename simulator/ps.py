@@ -18,6 +18,16 @@ computed as SimPy computes it (``now + delay``), so a callback knows "now" witho
 the environment. Those two events are the learner's own :class:`~.events.Wake`, re-armed
 and pushed straight onto SimPy's heap (:func:`~.events.event_queue`); buckets, shared
 NICs and aggregators add events of their own.
+
+Layer-wise pull (``cluster.server.pull = "layerwise"``; TensorFlow reads each variable from its
+parameter server as the forward pass needs it). The weights travel as ``bucket_bytes`` pieces in
+forward order, each piece a message of its own on every link it crosses; learners released at
+the same time have their pieces sent in turn (piece 1 to each of them, then piece 2, …), as TCP
+shares a NIC among concurrent transfers, at a piece's granularity. The forward share
+``F = (1 − backward_fraction) · work`` of the compute is spread over the pieces in proportion
+to their bytes, and piece b's part may start once piece b has arrived: the compute starts at
+``max_b (arrival_b − F · C_{b−1})`` (``C_{b−1}`` the share of the bytes before piece b) and runs
+without a gap; with one piece it starts when the whole model has arrived.
 """
 
 from __future__ import annotations
@@ -68,6 +78,17 @@ class PSRun:
         # share of a minibatch's work done when bucket b is ready
         self.produced = produced_shares(sizes, cl["compute"]["backward_fraction"], nbytes)
         self.bucket_share = [b / nbytes for b in sizes]
+        # layer-wise pull: per piece in forward order (the reverse of backward's), the share of the
+        # bytes still to come when it has arrived and the forward share of the pieces before it
+        pieces = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) \
+            if srv.get("pull", "whole") == "layerwise" else [nbytes]
+        self.forward_fraction = 1.0 - cl["compute"]["backward_fraction"]
+        self.pull_pieces: list[tuple[float, float]] = []  # (share of the bytes, share before it)
+        if len(pieces) > 1:
+            before = 0.0
+            for b in reversed(pieces):
+                self.pull_pieces.append((b / nbytes, before / nbytes))
+                before += b
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
@@ -95,7 +116,30 @@ class PSRun:
         self.end_time = 0.0
 
     # -- learner side ---------------------------------------------------------------------
-    def _pull(self, i: int, now: float) -> None:
+    def _pull_all(self, learners: list[int], now: float) -> None:
+        """Learners ``learners``, released together, receive the weights sent ``now``."""
+        if self.pull_pieces and len(learners) > 1:
+            arrivals = self._reserve_pieces(learners, now)
+            for r in learners:
+                self._pull(r, now, arrivals[r])
+        else:
+            for r in learners:
+                self._pull(r, now)
+
+    def _reserve_pieces(self, learners: list[int], now: float) -> dict[int, list[float]]:
+        """Layer-wise pull: each piece in forward order to each of ``learners`` in turn, over the
+        server's NICs out (and the node's NIC in); when each piece reaches each learner."""
+        out: dict[int, list[float]] = {i: [] for i in learners}
+        for share, _ in self.pull_pieces:
+            tx, node_tx = self.tx * share, self.node_tx * share
+            for i in learners:
+                end = max(link.reserve(now, tx) for link in self.link_out)
+                if self.g > 1:
+                    end = max(end, self.node_in[i // self.g].reserve(now, node_tx))
+                out[i].append(end + self.lat)
+        return out
+
+    def _pull(self, i: int, now: float, arrivals: list[float] | None = None) -> None:
         """Learner ``i`` receives the current weights (sent ``now``) and starts computing.
 
         A message crossing two links (the server's NIC, then the node's NIC shared by
@@ -103,8 +147,14 @@ class PSRun:
         sent, and it arrives when the later one is done, plus the latency.
 
         The learner's compute-done event (and, on the plain path, its processed event) is
-        its own :class:`Wake`, re-armed each time: a learner has at most one of them pending."""
-        if self.one_link:
+        its own :class:`Wake`, re-armed each time: a learner has at most one of them pending.
+        With a layer-wise pull the pieces arrive at ``arrivals`` (reserved by :meth:`_pull_all`
+        for learners released together, else here) and the compute starts as the module doc says."""
+        if self.pull_pieces:
+            if arrivals is None:
+                arrivals = self._reserve_pieces([i], now)[i]
+            t = arrivals[-1]
+        elif self.one_link:
             t = self.link_out[0].reserve(now, self.tx) + self.lat
         else:
             tx = self.tx
@@ -123,6 +173,8 @@ class PSRun:
         clock = self.clocks[i]
         work = clock.draws.next()
         self.compute_s += work
+        if arrivals is not None:
+            t = self._forward_start(arrivals, work)
         if self.produced:  # backward produces the buckets one by one: each is pushed when ready
             marks = clock.finish_many(t, [work * f for f in self.produced] + [work])
             self.bucket_done[i] = 0.0
@@ -142,6 +194,17 @@ class PSRun:
         wake.callbacks = self._on_send
         wake.payload = (i, j, k, t, now + delay)
         heappush(self._queue, (now + delay, NORMAL, next(self._ids), wake))
+
+    def _forward_start(self, arrivals: list[float], work: float) -> float:
+        """When a learner whose pieces arrive at ``arrivals`` starts ``work`` seconds of compute
+        under a layer-wise pull: the latest ``arrival_b − F · C_{b−1}`` (module doc)."""
+        forward = self.forward_fraction * work
+        start = -math.inf
+        for arrive, (_, before) in zip(arrivals, self.pull_pieces):
+            s = arrive - forward * before
+            if s > start:
+                start = s
+        return start
 
     def _bucket(self, ev: Wake) -> None:
         i, b, now = ev.payload
@@ -248,20 +311,31 @@ class PSRun:
     def _processed_one(self, ev: Wake) -> None:
         i, gop, j, size, now = ev.payload
         self.end_time = now
-        for r in self._push_one(i, gop, j, size, now):
+        released = self._push_one(i, gop, j, size, now)
+        if self.pull_pieces:
+            self._pull_all(released, now)
+            return
+        for r in released:
             self._pull(r, now)
 
     def _processed_many(self, ev: Wake) -> None:
         items, now = ev.payload
         self.end_time = now
-        for i in self.core.push(items, now):
+        released = self.core.push(items, now)
+        if self.pull_pieces:
+            self._pull_all(released, now)
+            return
+        for i in released:
             self._pull(i, now)
 
     def run(self) -> TraceBuilder:
         """Simulate to the end; the trace ends with an eval of the final weights."""
         self.core.begin()
-        for i in range(self.lam):
-            self._pull(i, 0.0)
+        if self.pull_pieces:
+            self._pull_all(list(range(self.lam)), 0.0)
+        else:
+            for i in range(self.lam):
+                self._pull(i, 0.0)
         self.env.run()
         self.core.finish(self.end_time)
         return self.tb

@@ -195,3 +195,129 @@ def test_live_nodes_have_the_simulated_structure(protocol: str, overlap: int) ->
     mixes = np.flatnonzero(live.ops["kind"] == MIX)
     live.ops["coef"][mixes[len(mixes) // 2]] += 1e-3
     assert structure(live) != s
+
+
+def npdde_in_peer(i: int, k: int, n: int) -> int:
+    """One-peer NPDDE by hand (docs/design.md): node r sends to (r + 2^(k mod L)) mod N at
+    iteration k, L = ⌊log2(N − 1)⌋ + 1; so i receives from (i − 2^(k mod L)) mod N."""
+    L = int(np.floor(np.log2(n - 1))) + 1
+    return (i - 2 ** (k % L)) % n
+
+
+def sgp_check(trace: Trace, tau: int) -> tuple[list[str], Counter, dict[int, list[tuple]]]:
+    """SGP's timing-independent rules on a one-peer NPDDE trace, recomputed from its ops: the
+    rules it breaks (empty: none), the messages mixed as a multiset of (receiver, sender, the
+    sender's iteration, coef, self_coef), and per node and iteration the ops that timing
+    cannot change (the grad's minibatch, "GAM" with σ 0 and weight 1, the kept share).
+
+    Rules: an iteration starts with grad (on the node's latest version), apply (σ 0, weight 1),
+    the kept share (src itself at the applied version, coef 0, self_coef ½); every other mix is
+    a message of the in-peer of its iteration m (coef ½, the sender's post-apply version of
+    iteration m, self_coef 1), mixed exactly once, at an iteration of its receiver within
+    [m, m + τ]; PushSum's weights (w recomputed from the mixes) sum to N at the end."""
+    ops, inputs = trace.ops, trace.inputs
+    n, K = int(trace.header["nodes"]), int(trace.header["iterations"])
+    bad: list[str] = []
+    version = [0] * n
+    k_of = [-1] * n
+    sent: dict[tuple[int, int], int] = {}      # (node, post-apply version) → its iteration
+    w: dict[tuple[int, int], float] = {(i, 0): 1.0 for i in range(n)}
+    fixed: dict[int, list[tuple]] = {i: [] for i in range(n)}
+    msgs: Counter = Counter()
+    tail: dict[int, str] = {}
+    for op in range(len(ops["kind"])):
+        kind, i = int(ops["kind"][op]), int(ops["node"][op])
+        if kind == EVAL:
+            continue
+        v = version[i]
+        if kind == GRAD:
+            if tail.get(i, "GAM")[:3] != "GAM":
+                bad.append(f"node {i} iteration {k_of[i]}: ops {tail[i]}")
+            k_of[i] += 1
+            tail[i] = "G"
+            if int(ops["src_version"][op]) != v:
+                bad.append(f"node {i} iteration {k_of[i]}: grad read {int(ops['src_version'][op])}, latest {v}")
+            fixed[i].append((int(ops["sample_start"][op]), int(ops["batch_size"][op]), int(ops["batch_index"][op])))
+            continue
+        k = k_of[i]
+        if kind == APPLY:
+            tail[i] += "A"
+            lo = int(ops["in_start"][op])
+            if int(ops["in_count"][op]) != 1 or float(inputs["weight"][lo]) != 1.0 or int(inputs["staleness"][lo]):
+                bad.append(f"node {i} iteration {k}: apply inputs")
+            sent[(i, v + 1)] = k
+            w[(i, v + 1)] = w[(i, v)]
+        else:
+            tail[i] += "M"
+            src, sv = int(ops["src_node"][op]), int(ops["src_version"][op])
+            coef, sc = float(ops["coef"][op]), float(ops["self_coef"][op])
+            if len(tail[i]) == 3:  # the kept share
+                if (src, sv, coef, sc) != (i, v, 0.0, 0.5):
+                    bad.append(f"node {i} iteration {k}: kept share {(src, sv, coef, sc)}")
+                fixed[i][-1] += (tail[i], (src, sv - v, coef, sc))
+            else:
+                m = sent.get((src, sv), -1)
+                msgs[(i, src, m, coef, sc)] += 1
+                if m < 0 or src != npdde_in_peer(i, m, n) or coef != 0.5 or sc != 1.0:
+                    bad.append(f"node {i} iteration {k}: mix {(src, sv, coef, sc)} (sender iteration {m})")
+                elif not m <= k <= m + tau:
+                    bad.append(f"node {i}: message of iteration {m} mixed at iteration {k} (τ = {tau})")
+            w[(i, v + 1)] = sc * w[(i, v)] + coef * w[(src, sv)]
+        version[i] = v + 1
+    expected = Counter((i, npdde_in_peer(i, m, n), m, 0.5, 1.0) for i in range(n) for m in range(K))
+    if msgs != expected:
+        bad.append(f"messages mixed other than once each: {sorted((msgs - expected) + (expected - msgs))}")
+    total = sum(w[(i, version[i])] for i in range(n))
+    if abs(total - n) > 1e-12:
+        bad.append(f"Σ w = {total}, not {n}")
+    return bad, msgs, fixed
+
+
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("tau", [1, 2])
+def test_live_sgp_with_overlap_keeps_the_rules_that_timing_cannot_change(tau: int) -> None:
+    # Truth: SGP's rules recomputed by hand (sgp_check: NPDDE's in-peer, share ½, every message
+    # mixed once within τ iterations of its send, Σ w = N) and the SimPy engine's trace of the
+    # same point. With τ ≥ 1 which messages an iteration mixes depends on arrival times, so only
+    # what timing cannot change is compared: the messages mixed (a multiset), each node's
+    # iteration heads (minibatch, grad/apply/kept share), and the bound on each message's age.
+    from ddlsim.backends.live import run_measured
+
+    p = make_point(LIVE.format(protocol="sgp", overlap=tau, epochs=1.5))
+    assert (p["protocol"]["topology"], p["protocol"]["peers"]) == ("npdde", 1)
+    sim = simulate(p, "simpy").trace
+    live, _ = run_measured(p, 0.0)
+    sim_bad, sim_msgs, sim_fixed = sgp_check(sim, tau)
+    bad, msgs, fixed = sgp_check(live, tau)
+    assert sim_bad == [] and bad == []
+    assert msgs == sim_msgs and fixed == sim_fixed
+    assert all(len(fixed[i]) == sim.header["iterations"] == 12 for i in range(4))
+    # a coefficient changed by 1e-3 in one received mix is caught
+    received = [op for op in np.flatnonzero(live.ops["kind"] == MIX) if live.ops["self_coef"][op] == 1.0]
+    live.ops["coef"][received[len(received) // 2]] += 1e-3
+    assert sgp_check(live, tau)[0] != []
+
+
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_live_sgp_with_overlap_is_reproduced_by_replaying_its_trace() -> None:
+    # Truth: every node's live de-biased weights x_i / w_i (τ = 1, real gradients); the replay
+    # sees only the merged trace.
+    import torch
+
+    from ddlsim.backends.optim import Optimizer
+    from ddlsim.backends.replay_generic import Replayer
+    from ddlsim.backends.workloads import build_model, load_data
+    from tests.test_live import live, point
+
+    p = point("sgp", learners=4, mb=8, dist="lognormal", base=0.002, protocol__overlap=1, cluster__compute__cv=0.5)
+    r = live(p)
+    assert sgp_check(r.trace, 1)[0] == []
+    torch.set_num_threads(1)
+    rep = Replayer(r.trace, build_model(p), load_data(p), Optimizer(p["optimizer"], 0.0), batched=False)
+    rep.run()
+    fin = rep.final_states()
+    z = torch.stack([fin[i][0] / fin[i][1] for i in range(4)])
+    assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)
+

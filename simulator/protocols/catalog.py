@@ -76,8 +76,7 @@ SPECS: dict[str, ProtocolSpec] = {s.name: s for s in (
     ProtocolSpec("dpsgd", GOSSIP, "D-PSGD: symmetric averaging with the neighbours, then the step"),
     ProtocolSpec("adpsgd", GOSSIP, "AD-PSGD: asynchronous pairwise averaging across a bipartition",
                  live=False),
-    ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph",
-                 live_defaults=(("protocol.overlap", 0),)),
+    ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph"),
     ProtocolSpec("local_sgd", GOSSIP, "local SGD: H local steps on every node, then the models are averaged "
                  "(PyTorch's PeriodicModelAverager / post-local SGD)"),
     ProtocolSpec("diloco", GOSSIP, "DiLoCo: H inner steps on every node, then an outer Nesterov step on the "
@@ -109,6 +108,7 @@ LATE_DEFAULTS: dict[str, Any] = {
     "protocol.library": None,
     "cluster.server.aggregation": "none",
     "cluster.server.placement": "dedicated",
+    "cluster.server.pull": "whole",
     "cluster.input.samples_per_s": None,
 }
 

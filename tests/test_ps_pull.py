@@ -1,0 +1,133 @@
+"""The layer-wise pull of the parameter-server engine (``cluster.server.pull``): the iteration
+time against a hand-computed closed form, the engine selection, and the library preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddlsim.scenarios.load import load_text
+from ddlsim.simulator.protocols import header_for
+from ddlsim.simulator.run import fast_engine, simulate
+
+ITERATIONS = 3
+
+
+def _point(pull: str | None, work: float, extra: str = "") -> dict:
+    """One learner, one shard, a 120 MB model in two 60 MB pieces over 1 GB/s, no latency and
+    no apply time: the pull takes tx = 0.12 s, each push piece 0.06 s."""
+    server = f'pull = "{pull}"\n' if pull else ""
+    text = f"""
+[workload]
+dataset = "digits"
+model = "mlp"
+param_count = 30000000
+epochs = 1
+samples_per_epoch = {16 * ITERATIONS}
+[cluster]
+learners = 1
+minibatch = 16
+[cluster.compute]
+distribution = "deterministic"
+base_s = {work}
+per_sample_s = 0.0
+[cluster.network]
+latency_s = 0.0
+overhead_s = 0.0
+bandwidth_Bps = 1e9
+[cluster.server]
+apply_s = 0.0
+{server}[protocol]
+name = "hardsync"
+bucket_bytes = 60000000
+{extra}"""
+    return load_text(text).points()[0]
+
+
+def _closed_form(work: float, layerwise: bool) -> float:
+    """By hand: pieces of half the model each, forward F = W/3 (backward_fraction 2/3).
+    Whole pull: compute starts at tx. Layer-wise: piece 1 arrives at tx/2, piece 2 at tx; the
+    compute starts at max(tx/2 − 0, tx − F/2). Backward pushes its first half at start + 2W/3
+    (over before the end when tx/2 ≤ W/3) and its second at start + W; the iteration ends when
+    that 0.06 s push is processed, and the next pull starts then."""
+    tx, forward = 0.12, work / 3
+    start = max(tx / 2, tx - forward / 2) if layerwise else tx
+    assert tx / 2 <= work / 3  # the first push is done before backward ends
+    return ITERATIONS * (start + work + tx / 2)
+
+
+@pytest.mark.parametrize("work", [0.3, 3.0])  # 0.3: the last piece binds; 3.0: the first
+def test_layerwise_pull_iteration_time_is_the_closed_form(work: float) -> None:
+    whole = simulate(_point("whole", work)).summary["sim_time_s"]
+    layer = simulate(_point("layerwise", work)).summary["sim_time_s"]
+    assert whole == pytest.approx(_closed_form(work, False), rel=1e-12)
+    assert layer == pytest.approx(_closed_form(work, True), rel=1e-12)
+
+
+@pytest.mark.parametrize("work,whole,layerwise", [(0.3, 0.60, 0.57), (3.0, 3.30, 3.18)])
+def test_two_learners_share_the_servers_nic_piece_by_piece(work: float, whole: float, layerwise: float) -> None:
+    """By hand, two learners released together, one shard (pieces of 0.06 s on its NIC out):
+    whole pull: learner 0 gets the model over [0, 0.12], learner 1 over [0.12, 0.24]. Layer-wise,
+    in turn: piece 1 to learner 0 by 0.06 and to learner 1 by 0.12, piece 2 by 0.18 and 0.24; the
+    compute starts at max(piece 1, piece 2 − F/2): W = 0.3 (F = 0.1): 0.13 and 0.19; W = 3: 0.06
+    and 0.12. Then the four 0.06 s pushes queue on the server's NIC in, in order of production,
+    and the update (apply 0) releases both when the last is in: W = 0.3 whole: learner 1's last
+    at 0.54 → 0.60; layer-wise: 0.49 → 0.57 (after learner 0's last, 0.43 → 0.51). W = 3 whole:
+    3.24 → 3.30; layer-wise: 3.12 → 3.18. Every iteration repeats the first."""
+    for pull, period in (("whole", whole), ("layerwise", layerwise)):
+        p = _point(pull, work)
+        p["cluster"] = dict(p["cluster"], learners=2)
+        p["workload"] = dict(p["workload"], samples_per_epoch=2 * 16 * ITERATIONS)
+        assert simulate(p, "simpy").summary["sim_time_s"] == pytest.approx(ITERATIONS * period, rel=1e-12)
+
+
+def test_one_piece_is_the_whole_pull() -> None:
+    # truth: with one piece the forward waits for the whole model either way
+    one = _point("layerwise", 0.3, "").copy()
+    one["protocol"] = dict(one["protocol"], bucket_bytes=0)
+    whole = _point("whole", 0.3)
+    whole["protocol"] = dict(whole["protocol"], bucket_bytes=0)
+    assert simulate(one, "simpy").summary["sim_time_s"] == simulate(whole, "simpy").summary["sim_time_s"]
+
+
+def test_fast_engine_refuses_the_layerwise_pull_and_auto_chooses_simpy() -> None:
+    p = _point("layerwise", 0.3)
+    fast, reason = fast_engine(p)
+    assert fast is None and reason is not None and "cluster.server.pull" in reason
+    with pytest.raises(ValueError, match=r"^engine 'fast' does not cover this point: .*layer-wise pull"):
+        simulate(p, "fast")
+    assert simulate(p, "auto").summary == simulate(p, "simpy").summary
+
+
+def test_whole_pull_is_the_default_and_leaves_the_header_unchanged() -> None:
+    # truth: a point without the key and one with its default share the run id and header
+    plain, explicit = _point(None, 0.3), _point("whole", 0.3)
+    assert plain["cluster"]["server"]["pull"] == "whole"
+    assert "pull" not in header_for(plain, 1, "global_slice")["point"]["cluster"]["server"]
+    assert header_for(plain, 1, "x") == header_for(explicit, 1, "x")
+
+
+def test_tf_grpc_turns_the_layerwise_pull_on_and_an_explicit_key_wins() -> None:
+    base = """
+[workload]
+dataset = "imagenet"
+model = "resnet50"
+[cluster]
+learners = 16
+gpus_per_node = 8
+gpu = "k80"
+[cluster.network]
+preset = "10gbe-tcp"
+[protocol]
+name = "hardsync"
+library = "tf-grpc"
+"""
+    assert load_text(base).points()[0]["cluster"]["server"]["pull"] == "layerwise"
+    off = load_text(base, "<t>", ['cluster.server.pull="whole"']).points()[0]
+    assert off["cluster"]["server"]["pull"] == "whole"
+
+
+def test_a_bad_pull_is_one_line() -> None:
+    from ddlsim.scenarios.load import ScenarioError
+    with pytest.raises(ScenarioError, match=r"cluster.server.pull.*layerwis") as err:
+        _point("layerwis", 0.3)
+    assert "\n" not in str(err.value)
