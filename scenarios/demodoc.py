@@ -197,7 +197,7 @@ def write(results_dir: Path, docs: Path, readme: Path | None = None) -> list[Pat
     paths = [note]
     for name, file in FIGURES:
         paths.append(atomic_write(docs / "figures" / file, figure_bytes(draw[name](), "png", dpi=FIG_DPI)))
-    if readme is not None and readme.is_file():
+    if readme is not None:
         text = readme.read_text(encoding="utf-8")
         atomic_write(readme, replace_between(text, README_BEGIN, README_END, readme_quote(results)).encode())
         paths.append(readme)
@@ -210,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--docs", required=True, help="the docs folder whose demo.md and figures/ are written")
     ap.add_argument("--readme", help="the README whose quote is replaced (default: none)")
     args = ap.parse_args(argv)
+    for path, holds in ((Path(args.docs) / "demo.md", f"--docs {args.docs}: no demo.md there"),
+                        (Path(args.readme) if args.readme else None, f"--readme {args.readme}: not a file")):
+        if path is not None and not path.is_file():  # before the demo runs, not after
+            print(f"demodoc: error: {holds} (its generated part is replaced, so it must exist)", file=sys.stderr)
+            return 2
     results = Path(args.results) if args.results else Path("results/demo")
     if not args.results:
         from .cli import main as cli

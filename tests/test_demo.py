@@ -112,4 +112,12 @@ def test_demodoc_writes_only_where_docs_says(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(SystemExit) as e:
         demodoc.main([])
     assert e.value.code == 2 and "--docs" in capsys.readouterr().err.splitlines()[-1]
-    assert list(tmp_path.iterdir()) == []
+    # a folder without demo.md, or a missing README, is refused in one line before the demo runs
+    (tmp_path / "docs").mkdir()
+    assert demodoc.main(["--docs", "docs"]) == 2
+    assert capsys.readouterr().err == ("demodoc: error: --docs docs: no demo.md there (its generated part is "
+                                       "replaced, so it must exist)\n")
+    (tmp_path / "docs" / "demo.md").write_text("# Demo\n", encoding="utf-8")
+    assert demodoc.main(["--docs", "docs", "--readme", "README.md"]) == 2
+    assert capsys.readouterr().err.startswith("demodoc: error: --readme README.md: not a file")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["demo.md", "docs"]  # no results/demo: nothing ran
