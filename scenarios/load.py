@@ -30,6 +30,7 @@ from ..simulator.compute import ProfileError, load_profile, magnitude
 from ..simulator.network_profile import apply_network_profile, without_profile_key
 from ..simulator.protocols import sim_id, spec_of
 from ..simulator.protocols.catalog import COMPRESSIBLE_PROTOCOLS, elide_late_defaults
+from ..simulator.protocols.local import max_overlap
 from ..simulator.trace import SCHEMA_VERSION
 from .hardware import apply_presets
 from .schema import FIELD_BY_KEY, SECTIONS, ScenarioError, check_value, defaults, get_dotted, set_dotted
@@ -369,6 +370,12 @@ def _check_low_communication(path: str, point: dict[str, Any], label: str) -> No
             raise ScenarioError(f"{path}: key 'protocol.fragments' = {proto['fragments']}{label}: at most "
                                 f"protocol.local_steps ({proto['local_steps']}) fragments, one synchronised every "
                                 "H/F inner steps")
+    if name == "diloco" and proto["overlap"] > max_overlap(proto["local_steps"], proto["fragments"]):
+        raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: diloco overlaps a "
+                            f"fragment's averaging with at most H/F − 1 = "
+                            f"{max_overlap(proto['local_steps'], proto['fragments'])} inner steps "
+                            f"(protocol.local_steps = {proto['local_steps']}, protocol.fragments = "
+                            f"{proto['fragments']})")
     if comp == "powersgd" or proto["fragments"] > 1:
         info = dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"])
         shapes = param_shapes(wl["model"], info)

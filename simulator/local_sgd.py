@@ -42,7 +42,7 @@ from .compute import mean_compute_s
 from .gossip import GossipRun
 from .protocols import GLOBAL_SLICE
 from .protocols.gossip import trace_header
-from .protocols.local import LocalRecorder, averaging_header, fragment_tensors
+from .protocols.local import LocalRecorder, averaging_header, fragment_tensors, max_overlap
 from .trace import Trace, TraceBuilder
 
 FLOPS_PER_PARAM_SAMPLE = 6.0   # forward + backward of one sample, per parameter (Kaplan et al. 2020, §2.1)
@@ -74,9 +74,9 @@ class LocalRun(GossipRun):
         self.F = proto["fragments"]
         # streaming DiLoCo's τ: inner steps the averaging of a fragment overlaps (0: blocking)
         self.tau = proto["overlap"] if self.name == "diloco" else 0
-        if self.tau and self.tau >= max(1, self.H // self.F):
+        if self.tau > max_overlap(self.H, self.F):
             raise ValueError(f"protocol.overlap = {self.tau}: diloco overlaps at most H/F − 1 = "
-                             f"{max(1, self.H // self.F) - 1} inner steps (a fragment's averaging ends before "
+                             f"{max_overlap(self.H, self.F)} inner steps (a fragment's averaging ends before "
                              "the next fragment's starts)")
         self.warmup = self.K if self.name == "allreduce" else (proto["warmup_steps"] if self.name == "local_sgd" else 0)
         self.fabric = collectives.Fabric.of_cluster(cl)

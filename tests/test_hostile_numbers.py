@@ -229,6 +229,24 @@ def test_the_mixing_estimate_is_the_trace_s_mixes(tmp_path: Path, capsys: pytest
     assert estimate(load(f).points()[0]).messages == mixes
 
 
+@pytest.mark.parametrize("protocol, extra, messages", [
+    ("local_sgd", "local_steps = 4", 4 * 2),    # K = ⌈120/(4·4)⌉ = 8 local steps: 2 averagings, one message a node
+    ("local_sgd", "local_steps = 4\nwarmup_steps = 2", 4 * (2 * 3 + 2)),  # 2 all-reduce steps of 3 buckets; 6 local
+    ("diloco", "local_steps = 8", 4 * 1),       # one outer step at the end
+])
+def test_local_protocols_estimate_their_averagings_not_a_message_a_step(tmp_path: Path, protocol: str, extra: str,
+                                                                        messages: int) -> None:
+    # truth: hand counts; the digits MLP's 4 B parameters in buckets of a third of them
+    from ddlsim.simulator.catalog import dataset_info, param_count
+
+    f = tmp_path / "s.toml"
+    bucket = math.ceil(param_count("mlp", dataset_info("digits")) * 4 / 3)
+    f.write_text(TINY.replace('"async"', f'"{protocol}"\n{extra}\nbucket_bytes = {bucket}')
+                 .replace("learners = 2", "learners = 4").replace("minibatch = 64", "minibatch = 4")
+                 .replace("epochs = 1", "epochs = 1\nsamples_per_epoch = 120"))
+    assert estimate(load(f).points()[0]).messages == messages
+
+
 def test_d_psgd_on_a_complete_graph_of_100000_nodes_is_refused(tiny: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"

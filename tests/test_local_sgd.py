@@ -422,7 +422,22 @@ def test_streaming_diloco_replay_applies_each_fragment_tau_steps_later() -> None
 def test_overlap_beyond_a_fragment_s_turn_is_refused_in_one_line() -> None:
     # truth: τ < H/F (torchft: a fragment's sync lands before the next fragment's starts)
     with pytest.raises(ValueError, match=r"protocol.overlap = 2: diloco overlaps at most H/F − 1 = 1 inner steps"):
-        simulate(point("diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=2))
+        p = point("diloco", protocol__local_steps=4, protocol__fragments=2, protocol__overlap=1)
+        p["protocol"]["overlap"] = 2  # past the scenario's check: the engine keeps the bound too
+        simulate(p)
+
+
+def test_the_cli_refuses_overlap_beyond_a_fragment_s_turn_before_any_run(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    # truth: the same bound, τ ≤ H/F − 1 (here 4/2 − 1 = 1), said once for the scenario, naming the key
+    scen = tmp_path / "s.toml"
+    scen.write_text('[protocol]\nname = "diloco"\nlocal_steps = 4\nfragments = 2\n[workload]\nepochs = 1\n'
+                    '[sweep]\n"protocol.overlap" = [1, 2]\n')
+    out = tmp_path / "out"
+    assert main(["simulate", str(scen), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'protocol.overlap' = 2" in err and "at most H/F − 1 = 1" in err
+    assert not out.exists()
 
 
 def test_local_sgd_with_one_local_step_after_warm_up_is_allreduce_sgd_with_momentum() -> None:

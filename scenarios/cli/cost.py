@@ -12,6 +12,8 @@ from typing import Any
 from ...simulator import topology
 from ...simulator.compute import mean_compute_s
 from ...simulator.protocols import gradients_per_update, is_ps, iterations, total_gradients
+from ...simulator.protocols.catalog import LOCAL_PROTOCOLS
+from ...simulator.protocols.local import messages as local_messages
 from ..runner import CURVE_COLUMNS, RESULT_MAX_BYTES
 from .common import UsageError
 
@@ -100,6 +102,8 @@ def estimate(point: dict[str, Any]) -> Cost:
     buckets = 1 if grouped or bucket <= 0 or bucket >= nbytes else math.ceil(nbytes / bucket)
     per_iteration, phases, graph = buckets, 0, 0
     messages = gradients * buckets
+    if name in LOCAL_PROTOCOLS or proto["compression"] != "none":
+        messages = local_messages(point, buckets)  # local steps send nothing; averagings one each
     if name in ("sgp", "dpsgd"):
         topo = proto["topology"] if name == "sgp" else topology.symmetric_topology(proto["topology"])
         per_iteration = n * _degree(name, proto["topology"], n, proto["peers"])

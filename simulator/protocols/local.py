@@ -70,6 +70,12 @@ class Rounds(NamedTuple):
     averagings: int       # averagings of the model or of one fragment (one collective each)
 
 
+def max_overlap(local_steps: int, fragments: int) -> int:
+    """The largest streaming-DiLoCo τ: a fragment's averaging ends before the next fragment's
+    starts, so it overlaps at most H/F − 1 inner steps (H/F at least 1)."""
+    return max(1, local_steps // fragments) - 1
+
+
 def rounds(point: dict[str, Any]) -> Rounds:
     """The all-reduce steps and averagings a local-SGD, DiLoCo or compressed-all-reduce run of
     ``point`` makes, from its numbers alone: of its K iterations (:func:`.gossip.iterations`),
