@@ -1,4 +1,4 @@
-"""Decentralized protocols run for real over ``torch.distributed``: allreduce, sgp, dpsgd.
+"""Decentralized protocols run for real over ``torch.distributed``: allreduce, sgp, dpsgd, adpsgd.
 
 Every rank is a node with its own (x, w). A node is a loop of sends and receives around the
 simulator's rules (:mod:`ddlsim.simulator.protocols.gossip_rules`: who sends to whom at
@@ -25,6 +25,8 @@ backend reproduces the live weights and the trace's structure is the simulator's
   order (``isend``), receive theirs, mix in the rules' order with their coefficients (the
   first mix also scales the own state by ``W[i, i]``); ``overlap`` 1: send the current state
   while computing the gradient at it, mix, then apply: ``x ← Σ_j W_ij x_j − α·g(x_i)``.
+* ``adpsgd``: :mod:`.live_adpsgd` (active nodes average with the passive partner the seeded
+  picks name; a passive node answers from a server thread while it computes).
 
 Each node logs its ops with ``time.monotonic()`` (one clock per machine) and node 0
 merges the logs by time into one trace after the run.
@@ -52,6 +54,7 @@ from ..simulator.protocols.gossip_rules import (KEPT_COEF, RECEIVED_SELF_COEF, D
 from .base import BackendError
 from .optim import Optimizer
 from .flatmodel import FlatModel
+from .live_adpsgd import adpsgd
 from .live_faults import Heartbeat, fail_if_due
 from .workloads import build_model, load_data
 
@@ -121,6 +124,8 @@ def node(point: dict[str, Any], rank: int, out: str) -> None:
         _allreduce(me, K)
     elif proto == "dpsgd":
         _dpsgd(me, K)
+    elif proto == "adpsgd":
+        adpsgd(me, K)
     else:
         _sgp(me, K)
     _gather_and_write(me, K, epoch0, out)

@@ -321,3 +321,131 @@ def test_live_sgp_with_overlap_is_reproduced_by_replaying_its_trace() -> None:
     z = torch.stack([fin[i][0] / fin[i][1] for i in range(4)])
     assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)
 
+
+def ring_partners(seed: int, K: int) -> dict[int, list[int]]:
+    """AD-PSGD's partners on the ring of 4, by hand: active nodes 1 and 3 each choose between
+    passive 0 and 2 (index drawn from SeedSequence([seed, 11]), K per node, in node order; the
+    passive nodes' draws from one choice come in between)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+    picks = [rng.integers(0, 1 if i % 2 == 0 else 2, size=K).tolist() for i in range(4)]
+    return {i: [[0, 2][p] for p in picks[i]] for i in (1, 3)}
+
+
+def adpsgd_check(trace: Trace, partners: dict[int, list[int]]) -> tuple[list[str], Counter]:
+    """AD-PSGD's rules on a ring-of-4 trace, recomputed from its ops: the rules it breaks
+    (empty: none) and the passive side's averagings as a multiset of (passive, active, active's
+    version). Rules: active node i's iteration k is its grad on version 2k (minibatch k), one
+    averaging with partners[i][k] at ½, ½ and then its apply (σ 0, weight 1); a passive node's
+    mixes are averagings at ½, ½ with an active node's state, and each apply's σ is the mixes
+    since its gradient's read; every averaging is one pair: the active node reads the passive
+    state of the version the passive node's averaging of that request started from; w stays 1."""
+    ops, inputs = trace.ops, trace.inputs
+    n, K = int(trace.header["nodes"]), int(trace.header["iterations"])
+    bad: list[str] = []
+    version = [0] * n
+    seen: dict[int, str] = {i: "" for i in range(n)}
+    it = [0] * n
+    read = [-1] * n
+    w: dict[tuple[int, int], float] = {(i, 0): 1.0 for i in range(n)}
+    passive_mix: dict[tuple[int, int], tuple[int, int]] = {}  # (passive, version) → (active, its version)
+    active_reads: list[tuple[int, int, int, int]] = []         # (active, its version, passive, version)
+    grads = {}
+    for op in range(len(ops["kind"])):
+        kind, i = int(ops["kind"][op]), int(ops["node"][op])
+        if kind == EVAL:
+            continue
+        v, active = version[i], i in partners
+        if kind == GRAD:
+            seen[i] += "G"
+            read[i] = int(ops["src_version"][op])
+            grads[op] = read[i]
+            if int(ops["batch_index"][op]) != it[i] or (active and read[i] != 2 * it[i]):
+                bad.append(f"node {i} iteration {it[i]}: grad of minibatch {int(ops['batch_index'][op])} on {read[i]}")
+            continue
+        if kind == APPLY:
+            lo = int(ops["in_start"][op])
+            sigma = int(inputs["staleness"][lo])
+            if int(ops["in_count"][op]) != 1 or float(inputs["weight"][lo]) != 1.0:
+                bad.append(f"node {i} iteration {it[i]}: apply inputs")
+            if sigma != (0 if active else v - grads[int(inputs["grad_op"][lo])]):
+                bad.append(f"node {i} iteration {it[i]}: σ {sigma}")
+            if active and sorted(seen[i]) != ["G", "M"]:
+                bad.append(f"node {i} iteration {it[i]}: ops {seen[i]}A")
+            if not active and "G" not in seen[i]:
+                bad.append(f"node {i} iteration {it[i]}: apply without a gradient")
+            seen[i] = ""
+            it[i] += 1
+            w[(i, v + 1)] = w[(i, v)]
+        else:
+            seen[i] += "M"
+            src, sv = int(ops["src_node"][op]), int(ops["src_version"][op])
+            coef, sc = float(ops["coef"][op]), float(ops["self_coef"][op])
+            if (coef, sc) != (0.5, 0.5):
+                bad.append(f"node {i}: mix coefficients {(coef, sc)}")
+            if active:
+                if it[i] >= K or src != partners[i][it[i]]:
+                    bad.append(f"node {i} iteration {it[i]}: averaged with {src}")
+                active_reads.append((i, v, src, sv))
+            else:
+                if src not in partners or sv % 2:
+                    bad.append(f"node {i}: averaged with node {src} version {sv}")
+                passive_mix[(i, v)] = (src, sv)
+            w[(i, v + 1)] = sc * w[(i, v)] + coef * w[(src, sv)]
+        version[i] = v + 1
+    for a, va, p, vp in active_reads:  # the pair: both sides averaged the same two states
+        if passive_mix.get((p, vp)) != (a, va):
+            bad.append(f"node {a} read node {p} version {vp}, which node {p} did not average with {a}'s {va}")
+    if it != [K] * n:
+        bad.append(f"iterations {it}, not {K} each")
+    if any(w[(i, version[i])] != 1.0 for i in range(n)):
+        bad.append("w ≠ 1")
+    return bad, Counter((p, a, va) for (p, _), (a, va) in passive_mix.items())
+
+
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_live_adpsgd_averages_the_simulated_pairs() -> None:
+    # Truth: the partners drawn by hand (ring_partners), AD-PSGD's rules recomputed from the ops
+    # (adpsgd_check), and the SimPy engine's trace of the same point: the same pairs per active
+    # node and iteration, the same multiset of averagings on the passive side (whose order
+    # depends on arrival times), coefficients ½.
+    from ddlsim.backends.live import run_measured
+
+    p = make_point(LIVE.format(protocol="adpsgd", overlap=0, epochs=1.5), protocol__topology="ring")
+    K = 12
+    partners = ring_partners(2, K)
+    sim = simulate(p, "simpy").trace
+    live, _ = run_measured(p, 0.0)
+    assert sim.header["iterations"] == live.header["iterations"] == K
+    sim_bad, sim_pairs = adpsgd_check(sim, partners)
+    bad, pairs = adpsgd_check(live, partners)
+    assert sim_bad == [] and bad == []
+    assert pairs == sim_pairs and sum(pairs.values()) == 2 * K
+    mixes = np.flatnonzero(live.ops["kind"] == MIX)
+    live.ops["coef"][mixes[len(mixes) // 2]] += 1e-3
+    assert adpsgd_check(live, partners)[0] != []
+
+
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_live_adpsgd_is_reproduced_by_replaying_its_trace() -> None:
+    # Truth: every node's live weights (real gradients; passive nodes averaged while computing);
+    # the replay sees only the merged trace.
+    import torch
+
+    from ddlsim.backends.optim import Optimizer
+    from ddlsim.backends.replay_generic import Replayer
+    from ddlsim.backends.workloads import build_model, load_data
+    from tests.test_live import live, point
+
+    p = point("adpsgd", learners=4, mb=8, dist="lognormal", base=0.002, protocol__topology="ring",
+              cluster__compute__cv=0.5)
+    r = live(p)
+    K = r.trace.header["iterations"]
+    assert adpsgd_check(r.trace, ring_partners(5, K))[0] == []
+    torch.set_num_threads(1)
+    rep = Replayer(r.trace, build_model(p), load_data(p), Optimizer(p["optimizer"], 0.0), batched=False)
+    rep.run()
+    fin = rep.final_states()
+    z = torch.stack([fin[i][0] / fin[i][1] for i in range(4)])
+    assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)

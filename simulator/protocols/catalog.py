@@ -74,8 +74,7 @@ SPECS: dict[str, ProtocolSpec] = {s.name: s for s in (
                  per_update="n", uses_n=True, softsync_n="n", bounded=True, live_defaults=_PS_LIVE),
     ProtocolSpec("allreduce", GOSSIP, "AR-SGD: every iteration a ring all-reduce of the gradients"),
     ProtocolSpec("dpsgd", GOSSIP, "D-PSGD: symmetric averaging with the neighbours, then the step"),
-    ProtocolSpec("adpsgd", GOSSIP, "AD-PSGD: asynchronous pairwise averaging across a bipartition",
-                 live=False),
+    ProtocolSpec("adpsgd", GOSSIP, "AD-PSGD: asynchronous pairwise averaging across a bipartition"),
     ProtocolSpec("sgp", GOSSIP, "Stochastic Gradient Push: PushSum over a time-varying directed graph"),
     ProtocolSpec("local_sgd", GOSSIP, "local SGD: H local steps on every node, then the models are averaged "
                  "(PyTorch's PeriodicModelAverager / post-local SGD)"),
