@@ -261,10 +261,12 @@ def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str
                 assert row == pytest.approx({j: W[i, j] for j in range(4) if W[i, j] > 0}, abs=1e-12)
 
 
-def test_unsupported_live_protocol_is_one_clear_line() -> None:
-    p = point("sgp", learners=4, protocol__overlap=1)
-    with pytest.raises(BackendError, match="protocol.overlap = 1: live sgp supports only protocol.overlap = 0"):
+def test_unsupported_live_setting_is_one_clear_line() -> None:
+    p = point("hardsync", learners=4, cluster__server__shards=2)
+    with pytest.raises(BackendError, match="cluster.server.shards = 2: live hardsync supports only "
+                       "cluster.server.shards = 1") as e:
         live(p)
+    assert "\n" not in str(e.value)
 
 
 def _listening(pids: set[int]) -> set[str]:
