@@ -94,7 +94,8 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
         net = cat["network"][preset]
         for key in ("latency_s", "bandwidth_Bps", "overhead_s"):
             fill(f"cluster.network.{key}", float(net[key]))
-    libraries.apply_library(point, explicit, where, label)
+    host = cat["gpu"][gpu].get("host_memory_Bps") if gpu is not None else None
+    libraries.apply_library(point, explicit, where, label, host_memory_Bps=None if host is None else float(host))
 
 
 def listing() -> str:
@@ -103,7 +104,8 @@ def listing() -> str:
     lines = ["GPUs (cluster.gpu; images or sequences per second on one GPU, cluster.precision fp32 | mixed):"]
     for key, g in cat["gpu"].items():
         figures = [f"{p} {m} {e['per_s']:g}" for p in PRECISIONS for m, e in g.get(p, {}).items()]
-        lines.append(f"  {key:12s} {g['name']}; intra-node {g['intra']}")
+        host = f"; host memory {g['host_memory_Bps'] / 1e9:g} GB/s" if "host_memory_Bps" in g else ""
+        lines.append(f"  {key:12s} {g['name']}; intra-node {g['intra']}{host}")
         lines.append(f"               {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
     lines.append("Networks (cluster.network.preset):")
     for key, n in cat["network"].items():
@@ -130,6 +132,10 @@ def markdown() -> str:
             small = f" ({e['small_per_s']:g} at {e['small_batch']})" if "small_per_s" in e else ""
             out.append(f"| {key} ({g['name']}) | {p} | {m} | {e['per_s']:g}{small} | {e['batch']} | "
                        f"[{e['source']}](#sources) |")
+    hosts = [(key, g) for key, g in cat["gpu"].items() if "host_memory_Bps" in g]
+    if hosts:
+        out += ["", "| GPU | host memory bandwidth (B/s, the servers' CPU apply) | source |", "|---|---|---|"]
+        out += [f"| {key} | {g['host_memory_Bps']:g} | [{g['host_source']}](#sources) |" for key, g in hosts]
     out += ["", "| link | bandwidth (B/s, per direction) | latency (s) | overhead (s) | name | source |",
             "|---|---|---|---|---|---|"]
     for table in ("intra", "network"):
@@ -160,6 +166,8 @@ def check_catalogue() -> list[str]:
                         problems.append(f"gpu {key} {p} {m}: small_batch must be > 0 and < batch")
                     elif min(compute_model(e)) < 0:
                         problems.append(f"gpu {key} {p} {m}: its two points give a negative base_s or per_sample_s")
+        if "host_memory_Bps" in g and g.get("host_source") not in cat["sources"]:
+            problems.append(f"gpu {key} host_memory_Bps: unknown source {g.get('host_source')!r}")
     for key, lib in libraries.libraries().items():
         for f in libraries.FIGURES:
             if f in lib and libraries.source_of(lib, f) not in cat["sources"]:

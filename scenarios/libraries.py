@@ -17,7 +17,14 @@ have, made when the point is built (both engines stay in agreement):
   than ``wide_ring_gpus`` GPUs per node, ``intra_bandwidth_Bps`` is at most ``wide_ring_bus_Bps``
   (NCCL 1's ring in device order on a DGX-1 steps from GPU 3 to 4 and 7 to 0, which no NVLink joins);
 * **layer-wise pull** (``pull``): ``cluster.server.pull`` (the pull of the weights overlaps the
-  forward pass, :mod:`..simulator.ps`).
+  forward pass, :mod:`..simulator.ps`; ``layerwise-random``: its pieces in a random order);
+* **GPU-host staging** (``staging = "host"``): a parameter-server message leaves GPU memory
+  for a host buffer before the wire (and comes back the same way), one copy at the node's
+  ``intra_bandwidth_Bps`` (PCIe) before the transfer: the network bandwidth β becomes
+  1 / (1/β + 1/intra), the copy folded into each message's transfer time;
+* **the servers' apply on the CPU** (``apply_bytes_per_param``): ``cluster.server.apply_s`` =
+  the bytes the optimizer reads and writes per parameter × parameters / shards / the host's
+  memory bandwidth (the GPU preset's ``host_memory_Bps``; a nominal peak, so a lower bound).
 
 A figure only applies to a key the scenario does not set itself, and only with a library
 named: a point of plain numbers is unchanged. Independently of the library:
@@ -51,7 +58,8 @@ from .schema import ScenarioError, set_dotted
 
 LIBRARIES_FILE = Path(__file__).resolve().parent / "libraries.toml"
 FIGURES = ("bucket_bytes", "intra_efficiency", "framework_s_per_param", "cycle_s", "overlap_slowdown", "jitter_cv",
-           "rpc_efficiency", "rpc_loopback_Bps", "pull", "wide_ring_gpus", "wide_ring_bus_Bps")
+           "rpc_efficiency", "rpc_loopback_Bps", "pull", "staging", "apply_bytes_per_param", "wide_ring_gpus",
+           "wide_ring_bus_Bps")
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,9 +92,12 @@ def _params(point: dict[str, Any]) -> int:
     return param_count(wl["model"], dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"]))
 
 
-def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, label: str = "") -> None:
+def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, label: str = "",
+                  host_memory_Bps: float | None = None) -> None:
     """Apply ``protocol.library``'s figures, the parameter-server placement and aggregation,
-    and the input cap to the point, in place (module doc); unknown names are one line."""
+    and the input cap to the point, in place (module doc); unknown names are one line.
+    ``host_memory_Bps``: the memory bandwidth of the machine hosting the GPUs (the GPU preset's),
+    which a library's CPU apply reads and writes at."""
     name = point["protocol"].get("library")
     lib: dict[str, Any] = {}
     if name is not None:
@@ -133,6 +144,19 @@ def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, l
             comp["distribution"] = "lognormal"
             comp["cv"] = float(lib["jitter_cv"])
     _server_mechanisms(point, explicit, lib, where, label, nbytes)
+    if lib and is_ps(point):
+        _host_mechanisms(point, explicit, lib, host_memory_Bps)
+
+
+def _host_mechanisms(point: dict[str, Any], explicit: frozenset[str], lib: dict[str, Any],
+                     host_memory_Bps: float | None) -> None:
+    """The GPU-host copy of every message and the servers' apply on the CPU (module doc)."""
+    net, srv = point["cluster"]["network"], point["cluster"]["server"]
+    intra = net["intra_bandwidth_Bps"]
+    if lib.get("staging") == "host" and "cluster.network.bandwidth_Bps" not in explicit and not math.isinf(intra):
+        net["bandwidth_Bps"] = 1.0 / (1.0 / net["bandwidth_Bps"] + 1.0 / intra)
+    if "apply_bytes_per_param" in lib and host_memory_Bps and "cluster.server.apply_s" not in explicit:
+        srv["apply_s"] = float(lib["apply_bytes_per_param"]) * _params(point) / srv["shards"] / host_memory_Bps
 
 
 def _server_mechanisms(point: dict[str, Any], explicit: frozenset[str], lib: dict[str, Any], where: str, label: str,

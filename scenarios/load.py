@@ -426,6 +426,19 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
     return out
 
 
+def check_engine(points: list[dict[str, Any]], engine: str) -> None:
+    """Refuse, before any run, ``--engine fast`` for a point only the SimPy engine simulates: a
+    parameter-server point with a layer-wise pull (``cluster.server.pull`` other than "whole")."""
+    if engine != "fast":
+        return
+    for point in points:
+        pull = point["cluster"]["server"].get("pull", "whole")
+        if spec_of(point).family == "ps" and pull != "whole":
+            raise ScenarioError(f"--engine fast with key 'cluster.server.pull' = {pull!r} (point {point['_id']}): "
+                                "the layer-wise pull has the SimPy engine only; use --engine auto or simpy, or "
+                                "cluster.server.pull = 'whole'")
+
+
 def point_hash(point: dict[str, Any]) -> str:
     """Stable hash of a point's values and the trace schema version (a new trace schema makes
     every stored result stale, so ``--resume`` recomputes it); ``replicates`` is not the run's
@@ -476,5 +489,5 @@ def recorded_point(where: str, tree: Any) -> dict[str, Any]:
     return Scenario(where, base, [], frozenset(keys)).points()[0]
 
 
-__all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id",
+__all__ = ["Scenario", "ScenarioError", "load", "load_text", "expand", "parse_override", "run_id", "check_engine",
            "point_hash", "configuration_id", "get_dotted", "recorded_point"]

@@ -30,6 +30,7 @@ from .hardware import catalogue
 from .load import load_text
 
 ITERATIONS = 12           # simulated iterations per row (compute jitter: a barrier per iteration)
+RANDOM_PULL_ITERATIONS = 96  # rows with a random pull order: a mean over many orders
 SGP_ITERATIONS = 14_076   # ⌈90 · 1,281,167 / (32 · 256)⌉: the SGP paper's 90 ImageNet epochs
 MIB = 2**20
 PS_PROTOCOLS = ("hardsync",)
@@ -159,12 +160,13 @@ MISSING = {
          "upper bound nccl-76 reports), but the rows imply less or no overlap: T6 needs more exposed all-reduce "
          "time than even an unoverlapped ring at 10 GB/s gives, T9 nearly all of it. On 2-4 GPUs (within a "
          "quad) we believe the per-tensor NCCL 1 launches and their SM use during backward are what is missing",
-    "E": "under-predicted: the model hides the pull behind the forward in forward order (TicTac's enforced "
-         "order, the best case), concurrent pulls sharing a shard's NIC piece by piece; TensorFlow 1.x received "
-         "the variables in random order (TicTac: up to 19.2 % of training throughput), and we believe the "
-         "parameter servers' apply on their CPUs (variable by variable, every machine's gradient; "
-         "cluster.server.apply_s stays at its default) and the GPU-host copies over the p2.8xlarge's shared "
-         "PCIe are what the rows with several machines lack",
+    "E": "the pull's 25 MiB pieces in a uniformly random order (TensorFlow 1.x enforces none, TicTac) "
+         "over-predict most of these rows, ResNet-152 at batch 32 (E9-E12) by 2-3×: its 240 MB pull is "
+         "large beside a forward of 0.55 s, and a random order makes the forward wait for the first layers "
+         "about as long as for the whole model. We believe TensorFlow's transfers are not one at a time: "
+         "every variable's RecvTensor is issued at once and gRPC shares the link among them, so the small "
+         "early convolution variables arrive first, an order between random and forward that the "
+         "piece-by-piece model does not follow (no source states it apart from the rows)",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
@@ -348,7 +350,9 @@ MODELS = ("ddlsim", "linear", "alpha-beta")
 
 def _point(keys: dict[str, Any]) -> dict[str, Any]:
     lam, mu = keys["cluster.learners"], keys["cluster.minibatch"]
-    lines = ["name = \"published\"", "[workload]", "epochs = 1", f"samples_per_epoch = {lam * mu * ITERATIONS}"]
+    its = RANDOM_PULL_ITERATIONS if keys.get("protocol.library") == "tf-grpc" \
+        and keys.get("cluster.server.pull", "layerwise-random") == "layerwise-random" else ITERATIONS
+    lines = ["name = \"published\"", "[workload]", "epochs = 1", f"samples_per_epoch = {lam * mu * its}"]
     sets = [f"{k}={v!r}".replace("'", '"') if isinstance(v, str) else f"{k}={v!r}" for k, v in keys.items()]
     return load_text("\n".join(lines), "<published>", sets).points()[0]
 
@@ -369,9 +373,10 @@ def alpha_beta(row: Row) -> float:
     return row.t1 + comm
 
 
-def predict(row: Row) -> Result:
-    """Simulate ``row``'s setting; its iteration time and the alpha-beta baseline's."""
-    point = _point(row.keys)
+def predict(row: Row, extra: dict[str, Any] | None = None) -> Result:
+    """Simulate ``row``'s setting (with the keys ``extra`` added); its iteration time and the
+    alpha-beta baseline's."""
+    point = _point({**row.keys, **(extra or {})})
     sim = simulate(point)
     iterations = sim.summary["gradients"] / point["cluster"]["learners"]
     return Result(row, sim.summary["sim_time_s"] / iterations, alpha_beta(row))
@@ -445,10 +450,25 @@ RULE = [
 ]
 
 
+def forward_order_line(results: list[Result]) -> str:
+    """The tf-grpc rows' median overhead error with the random pull order and, re-simulated, with
+    forward order (TicTac's enforced order) instead: what the random order changes."""
+    ps = [r for r in results if r.row.keys.get("protocol.library") == "tf-grpc" and not r.row.fitted]
+    if not ps:
+        return ""
+    forward = [predict(r.row, {"cluster.server.pull": "layerwise"}) for r in ps]
+
+    def med(rs: list[Result]) -> float:
+        return statistics.median(e for r in rs if (e := r.overhead_error(r.sec_per_iter)) is not None)
+    return (f"With forward order instead of random order the {len(ps)} parameter-server rows' median overhead "
+            f"error would be {med(forward):+.0%} (random order: {med(ps):+.0%}).")
+
+
 def note(results: list[Result]) -> str:
     """docs/published-validation.md."""
     counted = [r for r in results if not r.row.fitted]
     sc = scores(results)
+    forward_order = forward_order_line(results)
     d, lin, ab, sn = sc["ddlsim"], sc["linear"], sc["alpha-beta"], sc["single_node"]
     lines = [
         "# ddlsim against published measurements",
@@ -520,7 +540,14 @@ def note(results: list[Result]) -> str:
               "order and each piece's share of the forward pass, (1 − `backward_fraction`) = 1/3 of the compute",
               "spread over the bytes, starts once the piece has arrived; concurrent pulls from one shard take",
               "turns piece by piece, as TCP shares a NIC; TicTac (MLSys 2019) describes the overlap, and",
-              "forward order is its enforced order, the best case). `tf-nccl` on more than 4 GPUs",
+              "forward order is its enforced order, the best case; TensorFlow 1.x enforced none, so",
+              "`tf-grpc` sets `\"layerwise-random\"`: each pull sends a machine's pieces in a fresh random",
+              f"order, and these rows simulate {RANDOM_PULL_ITERATIONS} iterations, a mean over orders),",
+              "each message's copy between GPU and host memory at the node's PCIe bandwidth before the wire",
+              "(TensorFlow's RecvTensor fills a host proto from GPU memory first), and the parameter servers'",
+              "apply on the CPU (plain SGD, tf_cnn_benchmarks' default: 12 bytes read and written per",
+              "parameter at the p2's 76.8 GB/s peak memory bandwidth). " + forward_order + " `tf-nccl` on more "
+              "than 4 GPUs",
               "of a node caps the ring's bus bandwidth at 10 GB/s: TensorFlow 1.x built tf.contrib.nccl from",
               "the open-source NCCL 1, whose device-order ring leaves a DGX-1's NVLink quads, and a user",
               "measured that NCCL 1 under 10 GB/s on a DGX-1 (nccl-76; an upper bound, measured apart from",

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..simulator.network_profile import NETWORK_KEYS
 from ..simulator.run import simulate
 from ..analysis.figures import figure_bytes
 from ..simulator.files import FileRefused, atomic_write, read_bounded
@@ -42,9 +43,10 @@ def tv_distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(0.5 * np.abs(np.bincount(a, minlength=top) / len(a) - np.bincount(b, minlength=top) / len(b)).sum())
 
 
-PROFILE_KEYS = (("network", "latency_s", "cluster.network.latency_s"),
-                ("network", "bandwidth_Bps", "cluster.network.bandwidth_Bps"),
-                ("server", "apply_s", "cluster.server.apply_s"))  # (table, key, the scenario key it sets)
+# (table, key, the scenario key it sets): a calibrated profile's [network] and [server] figures, and
+# every cluster.network key a network profile (`ddlsim calibrate --nccl-tests` / `--network`) may hold
+PROFILE_KEYS = tuple(("network", key, f"cluster.network.{key}") for key in NETWORK_KEYS) \
+    + (("server", "apply_s", "cluster.server.apply_s"),)
 
 
 def read_profile(profile: str) -> dict[str, Any]:

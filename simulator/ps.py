@@ -27,7 +27,11 @@ shares a NIC among concurrent transfers, at a piece's granularity. The forward s
 ``F = (1 − backward_fraction) · work`` of the compute is spread over the pieces in proportion
 to their bytes, and piece b's part may start once piece b has arrived: the compute starts at
 ``max_b (arrival_b − F · C_{b−1})`` (``C_{b−1}`` the share of the bytes before piece b) and runs
-without a gap; with one piece it starts when the whole model has arrived.
+without a gap; with one piece it starts when the whole model has arrived. With
+``pull = "layerwise-random"`` each pull sends a learner's pieces in a random order of its own (a fresh
+permutation per pull, from the seeded stream ``[seed, SERVER_APPLY, PULL_ORDER]``): TensorFlow 1.x
+leaves its transfers unordered (TicTac), so the forward may wait for a late first layer; the start
+rule is the same, ``arrival_b`` indexed by forward position.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from .events import Wake, at, event_queue
 from .protocols.ps import PSCore
 from .resources import FifoServer
 from .trace import TraceBuilder
+
+PULL_ORDER = 1  # the pull-order stream's third entry: SeedSequence([seed, SERVER_APPLY, PULL_ORDER])
 
 
 class PSRun:
@@ -80,8 +86,12 @@ class PSRun:
         self.bucket_share = [b / nbytes for b in sizes]
         # layer-wise pull: per piece in forward order (the reverse of backward's), the share of the
         # bytes still to come when it has arrived and the forward share of the pieces before it
-        pieces = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) \
-            if srv.get("pull", "whole") == "layerwise" else [nbytes]
+        pull = srv.get("pull", "whole")
+        pieces = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) if pull != "whole" else [nbytes]
+        # layerwise-random: each pull sends its pieces in a fresh random order (module doc)
+        self.pull_rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY,
+                                                                       PULL_ORDER])) \
+            if pull == "layerwise-random" else None
         self.forward_fraction = 1.0 - cl["compute"]["backward_fraction"]
         self.pull_pieces: list[tuple[float, float]] = []  # (share of the bytes, share before it)
         if len(pieces) > 1:
@@ -127,16 +137,23 @@ class PSRun:
                 self._pull(r, now)
 
     def _reserve_pieces(self, learners: list[int], now: float) -> dict[int, list[float]]:
-        """Layer-wise pull: each piece in forward order to each of ``learners`` in turn, over the
-        server's NICs out (and the node's NIC in); when each piece reaches each learner."""
-        out: dict[int, list[float]] = {i: [] for i in learners}
-        for share, _ in self.pull_pieces:
-            tx, node_tx = self.tx * share, self.node_tx * share
+        """Layer-wise pull: each learner's k-th piece (forward order, or its own random order) to each
+        of ``learners`` in turn, over the server's NICs out (and the node's NIC in); when each piece,
+        indexed in forward order, reaches each learner."""
+        n = len(self.pull_pieces)
+        if self.pull_rng is None:
+            order = {i: range(n) for i in learners}
+        else:
+            order = {i: self.pull_rng.permutation(n).tolist() for i in learners}
+        out: dict[int, list[float]] = {i: [0.0] * n for i in learners}
+        for k in range(n):
             for i in learners:
-                end = max(link.reserve(now, tx) for link in self.link_out)
+                b = order[i][k]
+                share = self.pull_pieces[b][0]
+                end = max(link.reserve(now, self.tx * share) for link in self.link_out)
                 if self.g > 1:
-                    end = max(end, self.node_in[i // self.g].reserve(now, node_tx))
-                out[i].append(end + self.lat)
+                    end = max(end, self.node_in[i // self.g].reserve(now, self.node_tx * share))
+                out[i][b] = end + self.lat
         return out
 
     def _pull(self, i: int, now: float, arrivals: list[float] | None = None) -> None:

@@ -56,8 +56,9 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
     """The fast engine that simulates ``point`` exactly, or None and why there is none."""
     if local_covers(point):
         return None, "local SGD, DiLoCo and compressed all-reduce have one engine (a loop, no event queue)"
-    if is_ps(point) and point["cluster"]["server"].get("pull", "whole") == "layerwise":
-        return None, "the layer-wise pull (cluster.server.pull = 'layerwise') has the SimPy engine only"
+    pull = point["cluster"]["server"].get("pull", "whole") if is_ps(point) else "whole"
+    if pull != "whole":
+        return None, f"the layer-wise pull (cluster.server.pull = {pull!r}) has the SimPy engine only"
     covers, engine = (fast_ps.covers, fast_ps.simulate_ps_fast) if is_ps(point) else FAST[point["protocol"]["name"]]
     reason = covers(point)
     return (engine if reason is None else None), reason

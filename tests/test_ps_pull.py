@@ -106,7 +106,7 @@ def test_whole_pull_is_the_default_and_leaves_the_header_unchanged() -> None:
     assert header_for(plain, 1, "x") == header_for(explicit, 1, "x")
 
 
-def test_tf_grpc_turns_the_layerwise_pull_on_and_an_explicit_key_wins() -> None:
+def test_tf_grpc_turns_the_random_order_layerwise_pull_on_and_an_explicit_key_wins() -> None:
     base = """
 [workload]
 dataset = "imagenet"
@@ -121,7 +121,7 @@ preset = "10gbe-tcp"
 name = "hardsync"
 library = "tf-grpc"
 """
-    assert load_text(base).points()[0]["cluster"]["server"]["pull"] == "layerwise"
+    assert load_text(base).points()[0]["cluster"]["server"]["pull"] == "layerwise-random"
     off = load_text(base, "<t>", ['cluster.server.pull="whole"']).points()[0]
     assert off["cluster"]["server"]["pull"] == "whole"
 
@@ -131,3 +131,35 @@ def test_a_bad_pull_is_one_line() -> None:
     with pytest.raises(ScenarioError, match=r"cluster.server.pull.*layerwis") as err:
         _point("layerwis", 0.3)
     assert "\n" not in str(err.value)
+
+
+def test_random_order_pull_takes_one_of_the_two_closed_forms_each_iteration() -> None:
+    """By hand, one learner, two 60 MB pieces (tx = 0.12 s for the model), W = 0.3 (F = 0.1):
+    forward order, the compute starts at max(0.06, 0.12 − F/2) = 0.07; reversed (the second
+    layer's piece first), the first layer's piece arrives at 0.12 and the compute starts then.
+    An iteration is its start + W + the last 0.06 s push, so over n iterations of which k pulled
+    in reverse the run takes n(W + 0.06) + 0.07(n − k) + 0.12k: k must come out a whole number,
+    and with a fresh fair permutation per pull, both orders occur in 40 pulls (all but 2^-39)."""
+    n, work = 40, 0.3
+    p = _point("layerwise-random", work)
+    p["workload"] = dict(p["workload"], samples_per_epoch=16 * n)
+    total = simulate(p, "simpy").summary["sim_time_s"]
+    k = (total - n * (work + 0.06) - 0.07 * n) / (0.12 - 0.07)
+    assert k == pytest.approx(round(k), abs=1e-6)
+    assert 0 < round(k) < n
+    forward = _point("layerwise", work)
+    forward["workload"] = dict(forward["workload"], samples_per_epoch=16 * n)
+    assert simulate(forward, "simpy").summary["sim_time_s"] == pytest.approx(n * (work + 0.06 + 0.07), rel=1e-12)
+
+
+def test_random_order_is_the_seeds_and_the_fast_engine_refuses_it() -> None:
+    # truth: the same seed gives the same run, another seed (almost surely) another order
+    def run(seed: int) -> float:
+        p = _point("layerwise-random", 0.3)
+        p["seed"] = seed
+        p["workload"] = dict(p["workload"], samples_per_epoch=16 * 40)
+        return float(simulate(p, "simpy").summary["sim_time_s"])
+    assert run(1) == run(1)
+    assert len({run(s) for s in range(1, 6)}) > 1
+    fast, reason = fast_engine(_point("layerwise-random", 0.3))
+    assert fast is None and reason is not None and "layerwise-random" in reason

@@ -15,6 +15,7 @@ from ...backends.registry import available_backends, get_backend
 from ...simulator.catalog import dataset_info
 from ...simulator.results_folder import ResultsFolder
 from ..advise.search import prune_sweep, pruned_words
+from ..load import check_engine
 from ..runner import run_sweep
 from .advise import add_halving_options, check_prune
 from .common import UsageError, add_data_options, add_scenario_options, check_data_sets, load_scenario, out_dir
@@ -24,6 +25,7 @@ from .table import RUN_TABLE, SIM_TABLE, print_table
 
 def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario: Any = None) -> int:
     scenario = scenario or load_scenario(args)  # cmd_run's: its data sets' sizes are known
+    check_engine(scenario.points(), args.engine)
     check_cost(scenario, args.force)
     out = out_dir(args, scenario)
     options = {}
