@@ -230,7 +230,9 @@ FIELDS: tuple[Field, ...] = (
     _s("protocol.topology", "npdde", "Gossip graph (sgp, dpsgd).", choices=TOPOLOGIES),
     _i("protocol.peers", 1, "Out-peers per iteration (sgp).", minimum=1, maximum=4096),
     _i("protocol.overlap", 0, "sgp τ: iterations a node may run ahead of undelivered messages; dpsgd: 0 "
-       "exchanges after the step (blocking, as the SGP reference code), 1 while computing (Lian et al.).",
+       "exchanges after the step (blocking, as the SGP reference code), 1 while computing (Lian et al.); "
+       "diloco with fragments: inner steps a fragment's averaging overlaps (streaming DiLoCo's τ, "
+       "at most H/F − 1).",
        "iterations", minimum=0, maximum=10**6),
     _i("protocol.bucket_bytes", 25 * 2**20, "Gradient bucket: buckets are sent as backward produces them, "
        "overlapping communication with compute (PyTorch DDP: 25 MiB); 0: one message after backward.", "bytes",
