@@ -377,6 +377,7 @@ def test_silent_learner_names_the_one_heard_from_least_recently(tmp_path) -> Non
 
 
 @pytest.mark.parametrize("protocol,name", [("allreduce", "node 1 made no progress"), ("sgp", "node 1 made no progress"),
+                                           ("adpsgd", "node 1 made no progress"),
                                            ("async", "learner 1 sent nothing")])
 def test_a_hung_learner_is_named_for_every_live_protocol(protocol: str, name: str) -> None:
     # truth: the fault injected — learner/node 1 hangs (keeps running, never answers) after 2
