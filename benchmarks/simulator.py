@@ -10,7 +10,10 @@ One run measures, in the same process and interleaved (the order rotates every r
 * a **minimal numba kernel** of the same model (:func:`minimal`: compute → the server's shared
   link in → its apply queue → the weights back over its link out, one heap of (time, counter)
   events, the draws made up front, no trace, no stalls, no buckets): what a compiled event
-  loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate.
+  loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate;
+* the same kernel **writing the trace** the fast engine writes (:func:`minimal_traced`: the
+  grad, apply, input and eval rows into columns allocated with their defaults): the second
+  reference, which says how much of the gap is the trace, work the first reference skips.
 
 Workload: async, λ = 32, μ = 4, network (50 µs, 1.25 GB/s) and server (exponential apply,
 50 µs) modelled. Printed: gradients per second of each (median of the repeats) and the
@@ -26,7 +29,7 @@ fast engine's compile time (numba, cached on disk after the first run) is report
 epochs) through ``ddlsim simulate --force`` (no trace kept), its wall time and the peak
 resident memory of that process (``resource.getrusage``, goal ≤ 8 GB).
 
-Run: ``python benchmarks/simulator.py [--quick] [--repeats R] [--big]``.
+Run: ``python benchmarks/simulator.py [--quick] [--repeats R] [--big] [--ratios-only]``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import simpy
 
 from ddlsim.scenarios.load import load, load_text
 from ddlsim.simulator.run import simulate
+from ddlsim.simulator.trace import EVAL, INPUT_COLUMNS, OP_COLUMNS, blank_columns
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "scenarios" / "catalogue"
 ASYNC = """
@@ -214,9 +218,117 @@ def _minimal_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray
     return version
 
 
+def _minimal_traced_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray, tx: float, lat: float,
+                           mu: int, n: int, every: float, kind: np.ndarray, node: np.ndarray, version: np.ndarray,
+                           src_node: np.ndarray, src_version: np.ndarray, sample_start: np.ndarray,
+                           batch_size: np.ndarray, batch_index: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
+                           epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, grad_op: np.ndarray,
+                           weight: np.ndarray, staleness: np.ndarray) -> int:
+    """:func:`_minimal_kernel`, also writing the trace rows the fast engine writes for it: a
+    grad row per gradient (ten columns), an apply row (eight) and its input (three), an eval
+    row every ``every`` samples applied (six), into the columns given (their defaults
+    pre-filled). What the trace alone costs a compiled event loop. Returns the ops written."""
+    ht = np.zeros(lam)
+    hk = np.zeros(lam, np.int64)
+    hs = np.zeros(lam, np.int64)
+    phase = np.zeros(lam, np.int64)  # 0: computing, 1: being applied
+    read = np.zeros(lam, np.int64)    # the version each learner computes on
+    began = np.zeros(lam)             # when its compute began
+    grad = np.zeros(lam, np.int64)    # its grad op
+    batches = np.zeros(lam, np.int64)
+    out_free = in_free = srv_free = 0.0
+    h = counter = issued = version_now = napp = samples = 0
+    ops = 1  # row 0: the eval of version 0 (pre-filled by the caller)
+    mark = every
+    for i in range(lam):  # pulls at t = 0
+        start = out_free if out_free > 0.0 else 0.0
+        out_free = start + tx
+        began[i] = out_free + lat
+        t = began[i] + draws[issued]
+        issued += 1
+        pos = h
+        h += 1
+        while pos > 0:
+            par = (pos - 1) >> 1
+            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            pos = par
+        ht[pos], hk[pos], hs[pos] = t, counter, i
+        counter += 1
+    while h > 0:
+        now, i = ht[0], hs[0]
+        h -= 1  # pop
+        t, key, slot = ht[h], hk[h], hs[h]
+        pos = 0
+        while True:
+            child = 2 * pos + 1
+            if child >= h:
+                break
+            right = child + 1
+            if right < h and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
+                child = right
+            if t < ht[child] or (t == ht[child] and key < hk[child]):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[child], hk[child], hs[child]
+            pos = child
+        if h > 0:
+            ht[pos], hk[pos], hs[pos] = t, key, slot
+        if phase[i] == 0:  # computed: its grad row; push through the link in to the apply queue
+            k = batches[i]
+            batches[i] = k + 1
+            kind[ops], node[ops], src_node[ops], src_version[ops] = 0, i, 0, read[i]
+            sample_start[ops], batch_size[ops], batch_index[ops] = (k * lam + i) * mu, mu, k
+            t_start[ops], t_end[ops], epoch[ops] = began[i], now, samples / n
+            grad[i] = ops
+            ops += 1
+            start = in_free if in_free > now else now
+            in_free = start + tx
+            arrive = in_free + lat
+            start = srv_free if srv_free > arrive else arrive
+            srv_free = start + applies[napp]
+            t = srv_free
+            phase[i] = 1
+        else:  # applied: its apply row and input, maybe an eval; pull again while gradients are left
+            samples += mu
+            kind[ops], node[ops], version[ops], in_start[ops], in_count[ops] = 1, 0, version_now, napp, 1
+            t_start[ops], t_end[ops], epoch[ops] = now, now, samples / n
+            grad_op[napp], weight[napp], staleness[napp] = grad[i], 1.0, version_now - read[i]
+            ops += 1
+            napp += 1
+            version_now += 1
+            if samples >= mark - 1e-9:
+                while mark <= samples + 1e-9:
+                    mark += every
+                kind[ops], node[ops], version[ops] = 3, 0, version_now
+                t_start[ops], t_end[ops], epoch[ops] = now, now, samples / n
+                ops += 1
+            if issued >= total:
+                continue
+            start = out_free if out_free > now else now
+            out_free = start + tx
+            began[i] = out_free + lat
+            read[i] = version_now
+            t = began[i] + draws[issued]
+            issued += 1
+            phase[i] = 0
+        pos = h
+        h += 1
+        while pos > 0:
+            par = (pos - 1) >> 1
+            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+                break
+            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            pos = par
+        ht[pos], hk[pos], hs[pos] = t, counter, i
+        counter += 1
+    return ops
+
+
 try:
     import numba
     _minimal_kernel = numba.njit(cache=True, nogil=True)(_minimal_kernel)
+    _minimal_traced_kernel = numba.njit(cache=True, nogil=True)(_minimal_traced_kernel)
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -234,6 +346,30 @@ def minimal(p: dict) -> int:
     applies = rng.exponential(srv["apply_s"], total + lam)
     tx = p["workload"]["param_count"] * net["bytes_per_param"] / net["bandwidth_Bps"]
     return int(_minimal_kernel(lam, total, draws, applies, tx, net["latency_s"] + net["overhead_s"]))
+
+
+def minimal_traced(p: dict) -> int:
+    """:func:`_minimal_traced_kernel` on ``p``'s async model: :func:`minimal`'s draws, and the
+    trace columns allocated with their defaults as the fast engine allocates them. The updates."""
+    lam, mu = p["cluster"]["learners"], p["cluster"]["minibatch"]
+    wl = p["workload"]
+    total = int(np.ceil(wl["epochs"] * wl["samples_per_epoch"] / mu))
+    comp, net, srv = p["cluster"]["compute"], p["cluster"]["network"], p["cluster"]["server"]
+    mean = comp["base_s"] + comp["per_sample_s"] * mu
+    s2 = np.log1p(comp["cv"] ** 2)
+    rng = np.random.default_rng(0)
+    draws = rng.lognormal(np.log(mean) - s2 / 2, np.sqrt(s2), total + lam)
+    applies = rng.exponential(srv["apply_s"], total + lam)
+    tx = wl["param_count"] * net["bytes_per_param"] / net["bandwidth_Bps"]
+    n = wl["samples_per_epoch"]
+    every = n / wl["evals_per_epoch"]
+    ops, inputs = blank_columns(2 * total + int(total * mu / every) + 8, total + 2)
+    kind = ops["kind"]
+    kind[0], ops["node"][0], ops["version"][0] = EVAL, 0, 0
+    _minimal_traced_kernel(lam, total, draws, applies, tx, net["latency_s"] + net["overhead_s"], mu, n, every,
+                           *(ops[c] for c in OP_COLUMNS if c not in ("coef", "self_coef")),
+                           *(inputs[c] for c in INPUT_COLUMNS))
+    return total
 
 
 def rate(fn, p: dict) -> float:
@@ -266,6 +402,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a tenth of the work")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--big", action="store_true", help="also the 100M-gradient memory check (≈ 2 min)")
+    ap.add_argument("--ratios-only", action="store_true", help="only the interleaved rates and ratios")
     args = ap.parse_args()
     if args.big:
         big()
@@ -274,12 +411,14 @@ def main() -> None:
     t0 = time.perf_counter()
     simulate(point("async", 4, 0.01), "fast")  # compile (or load the cached compilation)
     minimal(point("async", 4, 0.01))
+    minimal_traced(point("async", 4, 0.01))
     print(f"fast engine start-up (numba compile or cache load): {time.perf_counter() - t0:.2f} s")
     runners = {
         "skeleton": skeleton,
         "simpy": lambda q: int(simulate(q, "simpy").summary["gradients"]),
         "fast": lambda q: int(simulate(q, "fast").summary["gradients"]),
         "minimal": minimal,
+        "minimal+trace": minimal_traced,
     }
     rates: dict[str, list[float]] = {k: [] for k in runners}
     names = list(runners)
@@ -290,15 +429,19 @@ def main() -> None:
     print(f"async λ=32, μ=4, network + server, {grads:,} gradients; {args.repeats} interleaved repeats "
           "(gradients per wall-clock second, this machine):")
     for name in names:
-        print(f"  {name:9s} median {statistics.median(rates[name]):>12,.0f}/s")
+        print(f"  {name:13s} median {statistics.median(rates[name]):>12,.0f}/s")
     for name in ("simpy", "fast"):
         ratio = [a / b for a, b in zip(rates[name], rates["skeleton"])]
         goal = "≥ 1.0×" if name == "simpy" else "≥ 10×"
         print(f"  {name} / skeleton: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–{max(ratio):.2f}; "
               f"goal {goal})")
-    ratio = [a / b for a, b in zip(rates["fast"], rates["minimal"])]
-    print(f"  fast / minimal numba kernel: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–"
-          f"{max(ratio):.2f}; goal ≥ 0.8×)")
+    for name, ref, what in (("fast", "minimal", "; goal ≥ 0.8×"), ("fast", "minimal+trace", ""),
+                            ("minimal+trace", "minimal", ": what writing the trace costs")):
+        ratio = [a / b for a, b in zip(rates[name], rates[ref])]
+        print(f"  {name} / {ref}: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–"
+              f"{max(ratio):.2f}{what})")
+    if args.ratios_only:
+        return
     for proto in ("softsync", "hardsync", "async"):
         q = point(proto, 30, 140 * scale)
         t0 = time.perf_counter()
