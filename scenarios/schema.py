@@ -214,8 +214,11 @@ FIELDS: tuple[Field, ...] = (
        "in forward order and computes each piece's share of the forward pass once it has arrived (TensorFlow reads "
        "each variable from its parameter server as the forward needs it); whole: the forward starts after the whole "
        "model has arrived; layerwise-random: layerwise, each pull sending the pieces in a random order of its own "
-       "(TensorFlow 1.x leaves its transfers unordered; SimPy engine only; docs/scenarios.md).",
-       choices=("whole", "layerwise", "layerwise-random")),
+       "(TensorFlow 1.x leaves its transfers unordered); layerwise-shared: layerwise, every piece's transfer "
+       "starting at once and the pieces in flight sharing each link equally, so the smaller finish first "
+       "(TensorFlow issues every variable's receive at once, gRPC interleaves concurrent calls; SimPy engine only; "
+       "docs/scenarios.md).",
+       choices=("whole", "layerwise", "layerwise-random", "layerwise-shared")),
     _s("cluster.server.placement", "dedicated", "colocated: the parameter-server shards run on the worker machines "
        "and share their NICs (docs/scenarios.md).", choices=("dedicated", "colocated")),
     _f("cluster.input.samples_per_s", None, "Input pipeline of a node (decode and augmentation shared by its GPUs): "

@@ -31,7 +31,14 @@ without a gap; with one piece it starts when the whole model has arrived. With
 ``pull = "layerwise-random"`` each pull sends a learner's pieces in a random order of its own (a fresh
 permutation per pull, from the seeded stream ``[seed, SERVER_APPLY, PULL_ORDER]``): TensorFlow 1.x
 leaves its transfers unordered (TicTac), so the forward may wait for a late first layer; the start
-rule is the same, ``arrival_b`` indexed by forward position.
+rule is the same, ``arrival_b`` indexed by forward position. With ``pull = "layerwise-shared"`` every
+piece's transfer starts at once and the pieces in flight share each link equally (processor sharing:
+TensorFlow issues every variable's receive at the step's start and gRPC interleaves concurrent calls
+frame by frame, docs/hardware.md): a batch of pieces of ``d_1 ≤ … ≤ d_m`` seconds starting at
+``t0`` (the link free) ends piece j at ``t0 + d_1 + … + d_{j−1} + (m − j + 1) · d_j``
+(:func:`processor_sharing_ends`), and the link is busy for their sum, FIFO behind earlier traffic.
+The batch is every piece of the learners released together, on each link it crosses (the servers'
+NICs out, a shared node's NIC in); a piece arrives when its last link has carried it, plus the latency.
 """
 
 from __future__ import annotations
@@ -54,6 +61,19 @@ from .resources import FifoServer
 from .trace import TraceBuilder
 
 PULL_ORDER = 1  # the pull-order stream's third entry: SeedSequence([seed, SERVER_APPLY, PULL_ORDER])
+
+
+def processor_sharing_ends(start: float, durations: list[float]) -> list[float]:
+    """When each of ``durations`` (seconds alone on the link), all starting at ``start``, ends when the
+    transfers in flight share the link equally: with k left each advances at 1/k, so they end in
+    order of length, the j-th shortest at ``start + Σ_{i<j} d_(i) + (m − j) · d_(j)`` (0-based j)."""
+    order = sorted(range(len(durations)), key=lambda i: durations[i])
+    ends = [0.0] * len(durations)
+    m, done = len(durations), 0.0
+    for j, i in enumerate(order):
+        ends[i] = start + done + (m - j) * durations[i]
+        done += durations[i]
+    return ends
 
 
 class PSRun:
@@ -92,6 +112,7 @@ class PSRun:
         self.pull_rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY,
                                                                        PULL_ORDER])) \
             if pull == "layerwise-random" else None
+        self.shared_pull = pull == "layerwise-shared"
         self.forward_fraction = 1.0 - cl["compute"]["backward_fraction"]
         self.pull_pieces: list[tuple[float, float]] = []  # (share of the bytes, share before it)
         if len(pieces) > 1:
@@ -140,6 +161,8 @@ class PSRun:
         """Layer-wise pull: each learner's k-th piece (forward order, or its own random order) to each
         of ``learners`` in turn, over the server's NICs out (and the node's NIC in); when each piece,
         indexed in forward order, reaches each learner."""
+        if self.shared_pull:
+            return self._share_pieces(learners, now)
         n = len(self.pull_pieces)
         if self.pull_rng is None:
             order = {i: range(n) for i in learners}
@@ -154,6 +177,32 @@ class PSRun:
                 if self.g > 1:
                     end = max(end, self.node_in[i // self.g].reserve(now, self.node_tx * share))
                 out[i][b] = end + self.lat
+        return out
+
+    def _share_pieces(self, learners: list[int], now: float) -> dict[int, list[float]]:
+        """Layer-wise shared pull: every piece to every one of ``learners`` starts ``now``; each link
+        shares the pieces it carries equally (module doc); when each piece, indexed in forward order,
+        reaches each learner."""
+        n = len(self.pull_pieces)
+        shares = [self.pull_pieces[b][0] for b in range(n)]
+        out: dict[int, list[float]] = {i: [0.0] * n for i in learners}
+        batches = [(link, self.tx, learners) for link in self.link_out]
+        if self.g > 1:
+            nodes: dict[int, list[int]] = {}
+            for i in learners:
+                nodes.setdefault(i // self.g, []).append(i)
+            batches += [(self.node_in[node], self.node_tx, members) for node, members in nodes.items()]
+        for link, tx, members in batches:
+            durations = [tx * share for _ in members for share in shares]
+            start = max(now, link.free_at)
+            link.reserve(now, sum(durations))
+            ends = processor_sharing_ends(start, durations)
+            for k, i in enumerate(members):
+                arrive = out[i]
+                for b in range(n):
+                    e = ends[k * n + b] + self.lat
+                    if e > arrive[b]:
+                        arrive[b] = e
         return out
 
     def _pull(self, i: int, now: float, arrivals: list[float] | None = None) -> None:

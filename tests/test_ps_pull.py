@@ -106,7 +106,8 @@ def test_whole_pull_is_the_default_and_leaves_the_header_unchanged() -> None:
     assert header_for(plain, 1, "x") == header_for(explicit, 1, "x")
 
 
-def test_tf_grpc_turns_the_random_order_layerwise_pull_on_and_an_explicit_key_wins() -> None:
+def test_tf_grpc_turns_the_shared_layerwise_pull_on_and_an_explicit_key_wins() -> None:
+    # truth: docs/hardware.md states tf-grpc's pull (every transfer at once, sharing the link)
     base = """
 [workload]
 dataset = "imagenet"
@@ -121,7 +122,7 @@ preset = "10gbe-tcp"
 name = "hardsync"
 library = "tf-grpc"
 """
-    assert load_text(base).points()[0]["cluster"]["server"]["pull"] == "layerwise-random"
+    assert load_text(base).points()[0]["cluster"]["server"]["pull"] == "layerwise-shared"
     off = load_text(base, "<t>", ['cluster.server.pull="whole"']).points()[0]
     assert off["cluster"]["server"]["pull"] == "whole"
 
