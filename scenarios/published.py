@@ -160,13 +160,14 @@ MISSING = {
          "upper bound nccl-76 reports), but the rows imply less or no overlap: T6 needs more exposed all-reduce "
          "time than even an unoverlapped ring at 10 GB/s gives, T9 nearly all of it. On 2-4 GPUs (within a "
          "quad) we believe the per-tensor NCCL 1 launches and their SM use during backward are what is missing",
-    "E": "the pull's 25 MiB pieces in a uniformly random order (TensorFlow 1.x enforces none, TicTac) "
-         "over-predict most of these rows, ResNet-152 at batch 32 (E9-E12) by 2-3×: its 240 MB pull is "
-         "large beside a forward of 0.55 s, and a random order makes the forward wait for the first layers "
-         "about as long as for the whole model. We believe TensorFlow's transfers are not one at a time: "
-         "every variable's RecvTensor is issued at once and gRPC shares the link among them, so the small "
-         "early convolution variables arrive first, an order between random and forward that the "
-         "piece-by-piece model does not follow (no source states it apart from the rows)",
+    "E": "every piece of the pull in flight at once and sharing the link (TensorFlow issues each step's "
+         "receives together and gRPC interleaves them) over-predicts these rows, ResNet-152 at batch 32 "
+         "(E9-E11) by over 2×: ddlsim cuts the weights into equal 25 MiB pieces, which under equal sharing "
+         "arrive nearly together, so the forward waits for about the whole model (one machine's pull is the "
+         "whole pull). TensorFlow's pieces are its variables, of very different sizes: under the same sharing "
+         "the small early convolution variables finish first and the forward starts long before the large ones "
+         "are in. We believe the missing mechanism is the per-variable sizes of these networks (ddlsim knows "
+         "the tensor shapes of resnet18 and smaller models only), not the order of the transfers",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
