@@ -51,17 +51,20 @@ PLAIN = os.environ.get("DDLSIM_NO_NUMBA", "") not in ("", "0")  # run the kernel
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def kernel(fn: F | None = None, *, python: bool = False) -> Any:
+def kernel(fn: F | None = None, *, python: bool = False, inline: bool = False) -> Any:
     """``numba.njit(cache=True, nogil=True, error_model="numpy")`` of ``fn``; ``fn`` itself when
     ``python`` is true, ``DDLSIM_NO_NUMBA`` is set or numba is missing. Usable bare
     (``@kernel``) or called (``kernel(f, python=True)``). NumPy's error model drops the
     division-by-zero check of every ``/``, ``//`` and ``%`` (no kernel divides by zero: every
     divisor is a count or size ≥ 1); the same floats otherwise, and a fifth to a quarter off
-    the PS kernel's CPU time on benchmarks/simulator.py's async λ = 32 (paired runs)."""
+    the PS kernel's CPU time on benchmarks/simulator.py's async λ = 32 (paired runs).
+    ``inline``: numba inlines the function into each caller (``inline="always"``): for a helper
+    of many array arguments called once an event, whose call would cost more than its body."""
     def wrap(f: F) -> F:
         if python or PLAIN or numba is None:
             return f
-        return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy")(f))
+        return cast(F, numba.njit(cache=True, nogil=True, error_model="numpy",
+                                  inline="always" if inline else "never")(f))
     return wrap if fn is None else wrap(fn)
 
 

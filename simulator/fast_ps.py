@@ -23,8 +23,9 @@ loop around them is a transcription of :class:`.ps.PSRun`, kept in step by the t
 Two kernels run that loop: :func:`_kernel`, every covered configuration, and
 :func:`_plain_kernel`, the configurations :func:`plain` names (one bucket, no aggregators,
 a NIC per learner, neither barrier nor staleness bound, no transient stalls: async and
-n-softsync as most scenarios run them), whose hot counters live in locals (≈ 1.4× the rate).
-Both share the state layout below and every helper; the grid holds each to the SimPy engine.
+n-softsync as most scenarios run them), whose hot counters live in locals (≈ 3× the rate).
+Both share the state layout below and every helper (an apply's rows: :func:`_apply_rows`);
+tests/test_fast.py's grid holds both to the SimPy engine, tests/test_fast_plain.py the second.
 
 numba compiles the loop once per machine (``cache=True``: the compiled code is kept next to
 this file in ``__pycache__``; the first run of a fresh install pays ≈ 5–10 s, reported by
@@ -397,16 +398,20 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
     no barrier, no staleness bound, no transient stalls): the same events in the same order, the
     same float operations and the same state in the same arrays and slots (either kernel may
     resume the other's), but the counters the loop moves on every event are kept in locals and
-    written back at each return (stores to the trace columns then cannot alias them): ≈ 1.4×
-    :func:`_kernel`'s rate on benchmarks/simulator.py's async λ = 32."""
+    written back at each return (stores to the trace columns then cannot alias them), and its
+    apply writes its rows through the inlined :func:`_apply_rows` (a call of :func:`_apply`,
+    seventeen arguments, each event, cost more than the rows): ≈ 3× :func:`_kernel`'s rate on
+    benchmarks/simulator.py's async λ = 32 (docs/design-notes.md)."""
     lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
     S, layout, shard_len, per_epoch = ip[IP_SHARDS], ip[IP_GLOBAL_SLICE], ip[IP_SHARD_LEN], ip[IP_PER_EPOCH]
     tx, lat, every = fp[FP_TX], fp[FP_LAT], fp[FP_EVERY]
     issued, processed, n_acc, ops = st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS]
     n_heap, counter, apos = st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS]
     head, tail = st[ST_PEND_HEAD], st[ST_PEND_TAIL]
-    ops_room = kind.shape[0] + st[ST_OPS_BASE] - 3       # ops beyond this: NEED_FLUSH
-    inputs_room = in_grad.shape[0] + st[ST_INPUTS_BASE] - c - 2
+    v_now, samples, inputs = st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS]
+    ops_base, inputs_base = st[ST_OPS_BASE], st[ST_INPUTS_BASE]
+    ops_room = kind.shape[0] + ops_base - 3       # ops beyond this: NEED_FLUSH
+    inputs_room = in_grad.shape[0] + inputs_base - c - 2
     now_pull, compute = fst[FS_NOW], fst[FS_COMPUTE]  # (FS_END: the time of the last push, as FS_NOW)
     status = DONE
     while True:
@@ -436,7 +441,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
             if delay < 0.0:
                 delay = 0.0
             ev_i[i, 0] = SEND
-            ev_i[i, 1] = st[ST_VERSION]
+            ev_i[i, 1] = v_now
             ev_i[i, 2] = k
             ev_f[i] = t
             n_heap = heap_push(ht, hk, hs, n_heap, now_pull + delay, counter, i)
@@ -444,7 +449,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
         if status != DONE:
             break
         # 2. the next event (room for it, and for the caller's final apply and eval, first)
-        if ops > ops_room or st[ST_INPUTS] > inputs_room:
+        if ops > ops_room or inputs > inputs_room:
             status = NEED_FLUSH
             break
         if n_heap == 0:
@@ -462,7 +467,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
                 start = slice_start(k, i, lam, mu)
             else:
                 start = shard_start(k, i, mu, N, shard_len, per_epoch)
-            r = ops - st[ST_OPS_BASE]
+            r = ops - ops_base
             kind[r] = GRAD
             node[r] = i
             src_node[r] = 0
@@ -472,7 +477,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
             batch_index[r] = k
             t_start[r] = ev_f[i]
             t_end[r] = now
-            epoch[r] = st[ST_SAMPLES] / N
+            epoch[r] = samples / N
             n = ops
             ops += 1
             st[ST_LAST_KIND] = GRAD
@@ -498,14 +503,23 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
         acc[n_acc, 2] = mu
         n_acc += 1
         processed += 1
-        if _update_due(n_acc, c, processed, total):
-            st[ST_OPS], st[ST_ACC] = ops, n_acc
-            _apply(st, fst, ip, acc, now, every, kind, node, version, t_start, t_end, epoch, in_start, in_count,
-                   in_grad, in_weight, in_stale)
-            ops, n_acc = st[ST_OPS], st[ST_ACC]
+        if _update_due(n_acc, c, processed, total):  # _apply, on the locals
+            samples, ep = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs, inputs - inputs_base, now, N,
+                                      kind, node, version, t_start, t_end, epoch, in_start, in_count, in_grad,
+                                      in_weight, in_stale)
+            inputs += n_acc
+            ops += 1
+            st[ST_LAST_KIND] = APPLY
+            v_now += 1
+            n_acc = 0
+            if cadence_due(fst, FS_NEXT_EVAL, every, samples, math.inf):  # EvalCadence.due
+                st[ST_OPS] = ops
+                _eval(st, v_now, now, ep, kind, node, version, t_start, t_end, epoch)
+                ops = st[ST_OPS]
         pend[tail % lam] = i  # who pulls next
         tail += 1
     st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS] = issued, processed, n_acc, ops
+    st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS] = v_now, samples, inputs
     st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS] = n_heap, counter, apos
     st[ST_PEND_HEAD], st[ST_PEND_TAIL] = head, tail
     fst[FS_NOW], fst[FS_END], fst[FS_COMPUTE] = now_pull, now_pull, compute
@@ -667,26 +681,23 @@ def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray,
     st[ST_COUNTER] += 1
 
 
-@kernel
-def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: float, every: float,
-           kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
-           epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
-           in_weight: np.ndarray, in_stale: np.ndarray) -> None:
-    """PSCore._apply: the pending gradients become version v + 1 (weights 1/n); the eval cadence."""
-    N = ip[IP_N]
-    n = st[ST_ACC]
-    v = st[ST_VERSION]
+@kernel(inline=True)
+def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: int, b: int, t: float, N: int,
+                kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
+                epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
+                in_weight: np.ndarray, in_stale: np.ndarray) -> tuple[int, float]:
+    """PSCore._apply's rows: the ``n`` pending gradients ``acc[:n]`` (grad op, version read,
+    samples) become version v + 1 at ``t`` (weights 1/n): the apply op at buffer row ``row``,
+    its inputs from input ``base`` (buffer row ``b``). Returns the samples applied after it
+    (``samples`` before) and its epoch."""
     if n == 1:
-        st[ST_SAMPLES] += acc[0, 2]
+        samples += acc[0, 2]
     else:
         total = 0
         for x in range(n):
             total += acc[x, 2]
-        st[ST_SAMPLES] += total
-    ep = st[ST_SAMPLES] / N
-    row = st[ST_OPS] - st[ST_OPS_BASE]
-    base = st[ST_INPUTS]
-    b = base - st[ST_INPUTS_BASE]
+        samples += total
+    ep = samples / N
     kind[row] = APPLY
     node[row] = 0
     version[row] = v
@@ -700,6 +711,22 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
         in_grad[b + x] = acc[x, 0]
         in_stale[b + x] = v - acc[x, 1]
         in_weight[b + x] = w
+    return samples, ep
+
+
+@kernel
+def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: float, every: float,
+           kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
+           epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
+           in_weight: np.ndarray, in_stale: np.ndarray) -> None:
+    """PSCore._apply: the pending gradients become version v + 1 (:func:`_apply_rows`); the eval cadence."""
+    n = st[ST_ACC]
+    v = st[ST_VERSION]
+    base = st[ST_INPUTS]
+    samples, ep = _apply_rows(acc, n, v, st[ST_SAMPLES], st[ST_OPS] - st[ST_OPS_BASE], base, base - st[ST_INPUTS_BASE],
+                              t, ip[IP_N], kind, node, version, t_start, t_end, epoch, in_start, in_count, in_grad,
+                              in_weight, in_stale)
+    st[ST_SAMPLES] = samples
     st[ST_INPUTS] = base + n
     st[ST_OPS] += 1
     st[ST_LAST_KIND] = APPLY
