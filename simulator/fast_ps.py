@@ -23,7 +23,7 @@ loop around them is a transcription of :class:`.ps.PSRun`, kept in step by the t
 Two kernels run that loop: :func:`_kernel`, every covered configuration, and
 :func:`_plain_kernel`, the configurations :func:`plain` names (one bucket, no aggregators,
 a NIC per learner, neither barrier nor staleness bound, no transient stalls: async and
-n-softsync as most scenarios run them), whose hot counters live in locals (≈ 3× the rate).
+n-softsync as most scenarios run them), whose hot counters live in locals (≈ 2.2× the rate).
 Both share the state layout below and every helper (an apply's rows: :func:`_apply_rows`);
 tests/test_fast.py's grid holds both to the SimPy engine, tests/test_fast_plain.py the second.
 
@@ -400,7 +400,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
     resume the other's), but the counters the loop moves on every event are kept in locals and
     written back at each return (stores to the trace columns then cannot alias them), and its
     apply writes its rows through the inlined :func:`_apply_rows` (a call of :func:`_apply`,
-    seventeen arguments, each event, cost more than the rows): ≈ 3× :func:`_kernel`'s rate on
+    seventeen arguments, each event, cost more than the rows): ≈ 2.2× :func:`_kernel`'s rate on
     benchmarks/simulator.py's async λ = 32 (docs/design-notes.md)."""
     lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
     S, layout, shard_len, per_epoch = ip[IP_SHARDS], ip[IP_GLOBAL_SLICE], ip[IP_SHARD_LEN], ip[IP_PER_EPOCH]
