@@ -399,9 +399,9 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
     same float operations and the same state in the same arrays and slots (either kernel may
     resume the other's), but the counters the loop moves on every event are kept in locals and
     written back at each return (stores to the trace columns then cannot alias them), and its
-    apply writes its rows through the inlined :func:`_apply_rows` (a call of :func:`_apply`,
-    seventeen arguments, each event, cost more than the rows): ≈ 2.2× :func:`_kernel`'s rate on
-    benchmarks/simulator.py's async λ = 32 (docs/design-notes.md)."""
+    apply writes its rows from those locals through the inlined :func:`_apply_rows` (not
+    :func:`_apply`: its counters in ``st``, a call of seventeen arguments each event): ≈ 2.2×
+    :func:`_kernel`'s rate on benchmarks/simulator.py's async λ = 32 (docs/design-notes.md)."""
     lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
     S, layout, shard_len, per_epoch = ip[IP_SHARDS], ip[IP_GLOBAL_SLICE], ip[IP_SHARD_LEN], ip[IP_PER_EPOCH]
     tx, lat, every = fp[FP_TX], fp[FP_LAT], fp[FP_EVERY]
