@@ -20,13 +20,15 @@ and pushed straight onto SimPy's heap (:func:`~.events.event_queue`); buckets, s
 NICs and aggregators add events of their own.
 
 Layer-wise pull (``cluster.server.pull = "layerwise"``; TensorFlow reads each variable from its
-parameter server as the forward pass needs it). The weights travel as ``bucket_bytes`` pieces in
-forward order, each piece a message of its own on every link it crosses; learners released at
-the same time have their pieces sent in turn (piece 1 to each of them, then piece 2, …), as TCP
-shares a NIC among concurrent transfers, at a piece's granularity. The forward share
-``F = (1 − backward_fraction) · work`` of the compute is spread over the pieces in proportion
-to their bytes, and piece b's part may start once piece b has arrived: the compute starts at
-``max_b (arrival_b − F · C_{b−1})`` (``C_{b−1}`` the share of the bytes before piece b) and runs
+parameter server as the forward pass needs it). The weights travel as pieces in forward order, each
+piece a message of its own on every link it crosses: for a model whose layers the catalogue knows
+(:data:`.catalog.LAYERED_MODELS`) a piece per convolution or linear layer, its weight with its bias
+and batch-norm vectors, else ``bucket_bytes`` chunks. Learners released at the same time have their
+pieces sent in turn (piece 1 to each of them, then piece 2, …), as TCP shares a NIC among concurrent
+transfers, at a piece's granularity. The forward share ``F = (1 − backward_fraction) · work`` of the
+compute is spread over the pieces in proportion to their layers' forward multiply-adds (to their bytes
+for chunks), and piece b's part may start once piece b has arrived: the compute starts at
+``max_b (arrival_b − F · C_{b−1})`` (``C_{b−1}`` the forward share of the pieces before b) and runs
 without a gap; with one piece it starts when the whole model has arrived. With
 ``pull = "layerwise-random"`` each pull sends a learner's pieces in a random order of its own (a fresh
 permutation per pull, from the seeded stream ``[seed, SERVER_APPLY, PULL_ORDER]``): TensorFlow 1.x
@@ -53,6 +55,7 @@ import simpy
 from simpy.core import NORMAL
 
 from . import seeds
+from .catalog import dataset_info, model_layers
 from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import DrawStream, learner_clocks, sampler
 from .events import Wake, at, event_queue
@@ -74,6 +77,31 @@ def processor_sharing_ends(start: float, durations: list[float]) -> list[float]:
         ends[i] = start + done + (m - j) * durations[i]
         done += durations[i]
     return ends
+
+
+def pull_pieces(point: dict[str, Any], nbytes: float) -> list[tuple[float, float]]:
+    """A layer-wise pull's pieces in forward order, each as (its share of the bytes, the forward share
+    of the pieces before it): the model's layers where the catalogue knows them (a piece per layer,
+    its forward share its share of the multiply-adds), else ``bucket_bytes`` chunks of the reversed
+    backward order with the forward spread over the bytes; [] when that is one piece (module doc)."""
+    wl = point["workload"]
+    layers = model_layers(wl["model"], dataset_info(wl["dataset"], wl["teacher_samples"], wl["teacher_features"]))
+    out: list[tuple[float, float]] = []
+    if layers is not None:
+        params = sum(layer.params for layer in layers)
+        macs = sum(layer.macs for layer in layers)
+        done = 0
+        for layer in layers:
+            out.append((layer.params / params, done / macs))
+            done += layer.macs
+        return out
+    pieces = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"])
+    if len(pieces) > 1:
+        before = 0.0
+        for b in reversed(pieces):
+            out.append((b / nbytes, before / nbytes))
+            before += b
+    return out
 
 
 class PSRun:
@@ -107,19 +135,14 @@ class PSRun:
         # layer-wise pull: per piece in forward order (the reverse of backward's), the share of the
         # bytes still to come when it has arrived and the forward share of the pieces before it
         pull = srv.get("pull", "whole")
-        pieces = bucket_sizes(nbytes, point["protocol"]["bucket_bytes"]) if pull != "whole" else [nbytes]
         # layerwise-random: each pull sends its pieces in a fresh random order (module doc)
         self.pull_rng = np.random.default_rng(np.random.SeedSequence([int(point["seed"]), seeds.SERVER_APPLY,
                                                                        PULL_ORDER])) \
             if pull == "layerwise-random" else None
         self.shared_pull = pull == "layerwise-shared"
         self.forward_fraction = 1.0 - cl["compute"]["backward_fraction"]
-        self.pull_pieces: list[tuple[float, float]] = []  # (share of the bytes, share before it)
-        if len(pieces) > 1:
-            before = 0.0
-            for b in reversed(pieces):
-                self.pull_pieces.append((b / nbytes, before / nbytes))
-                before += b
+        # (share of the bytes, forward share of the pieces before it), forward order; [] for one piece
+        self.pull_pieces = pull_pieces(point, nbytes) if pull != "whole" else []
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
