@@ -414,15 +414,20 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
     inputs_room = in_grad.shape[0] + inputs_base - c - 2
     now_pull, compute = fst[FS_NOW], fst[FS_COMPUTE]  # (FS_END: the time of the last push, as FS_NOW)
     status = DONE
+    ep_now = samples / N  # the epoch of the samples applied (moves at each apply)
+    hpos, tpos = head % lam, tail % lam  # the pending ring's slots of head and tail
     while True:
         # 1. learners released by the last event start their next minibatch (a pull each)
         while head < tail:
-            i = pend[head % lam]
+            i = pend[hpos]
             if issued < total and wpos[i] >= wlen[i]:  # assign() would issue work: its draws first
                 st[ST_NEED] = i
                 status = NEED_WORK
                 break
             head += 1
+            hpos += 1
+            if hpos == lam:
+                hpos = 0
             done = 0.0  # _pull: the weights leave every shard's NIC out, then travel
             for s in range(S):
                 e = reserve(link_out, s, now_pull, tx)
@@ -477,7 +482,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
             batch_index[r] = k
             t_start[r] = ev_f[i]
             t_end[r] = now
-            epoch[r] = samples / N
+            epoch[r] = ep_now
             n = ops
             ops += 1
             st[ST_LAST_KIND] = GRAD
@@ -507,6 +512,7 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
             samples, ep = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs, inputs - inputs_base, now, N,
                                       kind, node, version, t_start, t_end, epoch, in_start, in_count, in_grad,
                                       in_weight, in_stale)
+            ep_now = ep
             inputs += n_acc
             ops += 1
             st[ST_LAST_KIND] = APPLY
@@ -516,8 +522,11 @@ def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarra
                 st[ST_OPS] = ops
                 _eval(st, v_now, now, ep, kind, node, version, t_start, t_end, epoch)
                 ops = st[ST_OPS]
-        pend[tail % lam] = i  # who pulls next
+        pend[tpos] = i  # who pulls next
         tail += 1
+        tpos += 1
+        if tpos == lam:
+            tpos = 0
     st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS] = issued, processed, n_acc, ops
     st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS] = v_now, samples, inputs
     st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS] = n_heap, counter, apos
