@@ -160,14 +160,18 @@ MISSING = {
          "upper bound nccl-76 reports), but the rows imply less or no overlap: T6 needs more exposed all-reduce "
          "time than even an unoverlapped ring at 10 GB/s gives, T9 nearly all of it. On 2-4 GPUs (within a "
          "quad) we believe the per-tensor NCCL 1 launches and their SM use during backward are what is missing",
-    "E": "every piece of the pull in flight at once and sharing the link (TensorFlow issues each step's "
-         "receives together and gRPC interleaves them) over-predicts these rows, ResNet-152 at batch 32 "
-         "(E9-E11) by over 2×: ddlsim cuts the weights into equal 25 MiB pieces, which under equal sharing "
-         "arrive nearly together, so the forward waits for about the whole model (one machine's pull is the "
-         "whole pull). TensorFlow's pieces are its variables, of very different sizes: under the same sharing "
-         "the small early convolution variables finish first and the forward starts long before the large ones "
-         "are in. We believe the missing mechanism is the per-variable sizes of these networks (ddlsim knows "
-         "the tensor shapes of resnet18 and smaller models only), not the order of the transfers",
+    "E": "with TensorFlow's pieces, a piece per layer (its variables) and each piece's share of the forward "
+         "multiply-adds, every piece of the pull in flight at once and sharing the link (TensorFlow issues "
+         "each step's receives together and gRPC interleaves them) hides nearly all of the pull behind the "
+         "forward: the early convolutions, few bytes and much of the work, arrive first, and for Inception "
+         "V3 and ResNet-50 the forward starts within milliseconds. These rows are then under-predicted, "
+         "by 32-72 %: the published overhead holds a cost the bandwidth-only pieces do not charge, which we "
+         "believe is per variable (each of a step's hundreds of variables a RecvTensor call with its own "
+         "serialization and copies on the parameter server's CPU). ResNet-152 at batch 32 (E9-E12) stays "
+         "over-predicted: its 36 third-stage blocks hold most of its forward work in mid-sized variables "
+         "(0.6 M parameters per 3×3 convolution) that under equal sharing finish late in the pull, so the "
+         "forward waits; we believe TensorFlow's receives are not shared as evenly as the model assumes "
+         "(its RecvTensor calls start in an arbitrary order, not all at one instant)",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
@@ -538,9 +542,10 @@ def note(results: list[Result]) -> str:
               "the gRPC stack's effective bandwidth. The parameter-server rows add the in-machine",
               "aggregation (`cluster.server.aggregation = \"machine\"`), shards on the worker machines",
               "(`cluster.server.placement = \"colocated\"`) and, from `tf-grpc`, the layer-wise pull",
-              "(`cluster.server.pull = \"layerwise\"`: the weights arrive in bucket-sized pieces in forward",
-              "order and each piece's share of the forward pass, (1 − `backward_fraction`) = 1/3 of the compute",
-              "spread over the bytes, starts once the piece has arrived; concurrent pulls from one shard take",
+              "(`cluster.server.pull = \"layerwise\"`: the weights arrive in pieces in forward order, a",
+              "piece per layer of the model (its weight, bias and batch-norm vectors), and each piece's share",
+              "of the forward pass, (1 − `backward_fraction`) = 1/3 of the compute spread over the layers'",
+              "forward multiply-adds, starts once the piece has arrived; concurrent pulls from one shard take",
               "turns piece by piece, as TCP shares a NIC; TicTac (MLSys 2019) describes the overlap, and",
               "forward order is its enforced order, the best case; TensorFlow 1.x enforced none: it issues",
               "every variable's receive at a step's start and gRPC interleaves the calls frame by frame,",
