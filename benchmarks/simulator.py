@@ -43,8 +43,9 @@ import numpy as np
 import simpy
 
 from ddlsim.scenarios.load import load, load_text
+from ddlsim.simulator.fast_core import block_columns
 from ddlsim.simulator.run import simulate
-from ddlsim.simulator.trace import EVAL, INPUT_COLUMNS, OP_COLUMNS, blank_columns
+from ddlsim.simulator.trace import EVAL, INPUT_COLUMNS, OP_COLUMNS
 
 CATALOGUE = Path(__file__).resolve().parent.parent / "scenarios" / "catalogue"
 ASYNC = """
@@ -363,7 +364,7 @@ def minimal_traced(p: dict) -> int:
     tx = wl["param_count"] * net["bytes_per_param"] / net["bandwidth_Bps"]
     n = wl["samples_per_epoch"]
     every = n / wl["evals_per_epoch"]
-    ops, inputs = blank_columns(2 * total + int(total * mu / every) + 8, total + 2)
+    ops, inputs = block_columns(2 * total + int(total * mu / every) + 8, total + 2)
     kind = ops["kind"]
     kind[0], ops["node"][0], ops["version"][0] = EVAL, 0, 0
     _minimal_traced_kernel(lam, total, draws, applies, tx, net["latency_s"] + net["overhead_s"], mu, n, every,

@@ -163,19 +163,35 @@ class LearnerClock:
 
     ``finish(start, work)`` is when ``work`` seconds of computing that begin at ``start``
     end, given the learner's stall intervals (Poisson arrivals, exponential lengths).
+    ``rng``, the stalls' generator, may be given as a function that makes it: it is then
+    called when a stall is first drawn (a learner without stalls makes none).
     """
 
-    __slots__ = ("draws", "stall_free", "_stall_rate", "_stall_mean", "_rng", "_s", "_e")
+    __slots__ = ("draws", "stall_free", "_stall_rate", "_stall_mean", "_gen", "_make", "_s", "_e")
 
     def __init__(self, draws: DrawStream, stall_rate: float, stall_mean: float,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator | Callable[[], np.random.Generator]) -> None:
         self.draws = draws
-        self._stall_rate, self._stall_mean, self._rng = stall_rate, stall_mean, rng
+        self._stall_rate, self._stall_mean = stall_rate, stall_mean
+        self._gen: np.random.Generator | None = None
+        self._make: Callable[[], np.random.Generator] | None = None
+        if isinstance(rng, np.random.Generator):
+            self._gen = rng
+        else:
+            self._make = rng
         self._s = self._e = math.inf
         if stall_rate > 0 and stall_mean > 0:
-            self._s = float(rng.exponential(1 / stall_rate))
-            self._e = self._s + float(rng.exponential(stall_mean))
+            self._s = float(self._rng.exponential(1 / stall_rate))
+            self._e = self._s + float(self._rng.exponential(stall_mean))
         self.stall_free = self._s == math.inf  # finish(start, work) is start + work
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The stalls' generator (made on first use)."""
+        if self._gen is None:
+            assert self._make is not None
+            self._gen = self._make()
+        return self._gen
 
     def _advance(self) -> None:
         self._s += float(self._rng.exponential(1 / self._stall_rate))
@@ -220,28 +236,42 @@ def _streams(point: dict[str, Any], count: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence([int(point["seed"]), seeds.CLOCKS]).spawn(count + 1)
 
 
+def _child(parent: np.random.SeedSequence, k: int) -> np.random.SeedSequence:
+    """``parent.spawn(k + 1)[k]`` of a parent that spawned none, without spawning the others
+    (nor counting them on ``parent``): NumPy's rule for the k-th child."""
+    return np.random.SeedSequence(parent.entropy, spawn_key=parent.spawn_key + (k,), pool_size=parent.pool_size)
+
+
+def _stall_rng(learner: np.random.SeedSequence) -> np.random.Generator:
+    return np.random.default_rng(_child(learner, 1))
+
+
+def _chosen(pick: np.random.SeedSequence, fraction: float, count: int) -> set[int]:
+    return set(np.random.default_rng(pick).permutation(count)[: round(fraction * count)].tolist())
+
+
 def stragglers(point: dict[str, Any], count: int) -> set[int]:
     """The persistently slow learners: ``round(fraction × count)`` of them, chosen by the seed."""
-    fraction = point["cluster"]["stragglers"]["fraction"]
-    pick = _streams(point, count)[0]
-    return set(np.random.default_rng(pick).permutation(count)[: round(fraction * count)].tolist())
+    return _chosen(_streams(point, count)[0], point["cluster"]["stragglers"]["fraction"], count)
 
 
 def learner_clocks(point: dict[str, Any], count: int) -> list[LearnerClock]:
     """Per-learner clocks for a scenario point; persistent stragglers chosen by the seed.
 
     The same point gives the same clocks in the simulator and the live backend (one seed
-    tag, :data:`.seeds.CLOCKS`), whatever the protocol."""
+    tag, :data:`.seeds.CLOCKS`), whatever the protocol. Learner i's streams: child i + 1 of
+    the tag's seed, whose children 0 (the compute draws) and 1 (the stalls, its generator made
+    only if a stall is drawn)."""
     cl = point["cluster"]
     comp, strag = cl["compute"], cl["stragglers"]
     mean = mean_compute_s(comp, cl["minibatch"])
-    streams = _streams(point, count)[1:]
-    slow = stragglers(point, count)
+    streams = _streams(point, count)
+    slow = _chosen(streams[0], strag["fraction"], count)
     chunk = max(256, min(CHUNK, (1 << 20) // max(1, count)))  # ≤ ~1M buffered draws in all
     clocks = []
-    for i, ss in enumerate(streams):
-        draw_rng, stall_rng = (np.random.default_rng(s) for s in ss.spawn(2))
+    for i, ss in enumerate(streams[1:]):
         m = mean * (strag["slowdown"] if i in slow else 1.0)
-        fn = sampler(comp["distribution"], m, comp["cv"], draw_rng)
-        clocks.append(LearnerClock(DrawStream(fn, chunk), strag["stall_rate_per_s"], strag["stall_mean_s"], stall_rng))
+        fn = sampler(comp["distribution"], m, comp["cv"], np.random.default_rng(_child(ss, 0)))
+        clocks.append(LearnerClock(DrawStream(fn, chunk), strag["stall_rate_per_s"], strag["stall_mean_s"],
+                                   partial(_stall_rng, ss)))
     return clocks

@@ -45,11 +45,12 @@ from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .dataorder import ShardLayout
 from .fast_core import (DONE, FIFO_FIELDS, FLUSH_OPS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, STALL_START,
-                        WALK_LEFT, WALK_T, Buffers, cadence_due, finish_work, fold_rows, heap_pop, heap_push, kernel,
-                        make_room, numba, reserve, shard_start, slice_start, sort_prefix, stall_state, walk_stalls)
+                        WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
+                        heap_push, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
+                        stall_state, walk_stalls)
 from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim_id
 from .protocols import ps as ps_rules
-from .trace import APPLY, EVAL, GRAD, Trace, blank_columns
+from .trace import APPLY, EVAL, GRAD, Trace
 
 WORK_MARGIN = 16       # compute draws a learner gets beyond its share of the run, at the start
 NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
@@ -802,8 +803,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         work.grow_row(i, np.asarray(clock.draws._fn(per), dtype=np.float64))
     stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
     chunks = max(1, math.ceil(S * total / CHUNK))
-    adraw = np.concatenate([np.asarray(apply_stream._fn(CHUNK), dtype=np.float64)
-                            for _ in range(chunks if keep_trace else min(chunks, 4))])
+    # the apply draws as one call (the same values as chunk by chunk: NumPy fills arrays sequentially)
+    adraw = np.asarray(apply_stream._fn(CHUNK * (chunks if keep_trace else min(chunks, 4))), dtype=np.float64)
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
     shards = ShardLayout(lam, mu, N)  # the data order's layout (its shard and minibatches per shard)
@@ -825,7 +826,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
         max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)
-    ops, inputs = blank_columns(max_ops, n_inputs)
+    ops, inputs = block_columns(max_ops, n_inputs)
     hist: list[tuple[int, int]] = []
     evals: list[tuple[float, float]] = []
 
