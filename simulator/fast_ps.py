@@ -920,4 +920,4 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         "link_out_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_out])),
         "compute_utilization": float(fst[FS_COMPUTE]) / (lam * T) if T > 0 else 0.0,
     }
-    return trace, summary, hist, evals, sim_id(point)
+    return trace, summary, hist, evals, trace.header["run_id"] if trace is not None else sim_id(point)  # (one hash)
