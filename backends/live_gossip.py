@@ -239,6 +239,9 @@ class SGPInbox:
         while True:
             if self.failed and not any(n for j, n in self.pending.items() if j not in self.failed):
                 raise list(self.failed.values())[-1]
+            if not any(self.pending.values()):  # nothing posted is still to come: waiting would hang
+                raise RuntimeError("SGP node waited for a message no peer sends (the receive plan and the "
+                                   "advance rule disagree)")
             got = self._take(self.inbox.get())
             if got is not None:
                 return got
@@ -308,6 +311,8 @@ def _sgp(me: Node, K: int) -> None:
             else:
                 keep.append(msg)
         held = keep
+        # as the engine at a boundary: iterations in which this node receives nothing count as in
+        complete = sgp_advance(arrived, K, complete, K, indeg, rules.phases, n, i)
         while not sgp_may_advance(complete, k, tau):
             msg = inbox.next()
             complete = count(msg)

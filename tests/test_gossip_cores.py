@@ -322,6 +322,20 @@ def test_live_sgp_with_overlap_is_reproduced_by_replaying_its_trace() -> None:
     assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)
 
 
+@pytest.mark.live
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("tau", [0, 1])
+def test_live_sgp_on_one_node_runs_as_the_simulator_does(tau: int) -> None:
+    # Truth: the SimPy engine's trace of the same point. A lone node receives nothing: every
+    # iteration is complete at its boundary (the engine's rule), so it never waits.
+    from ddlsim.backends.live import run_measured
+    from tests.test_live import point
+
+    p = point("sgp", learners=1, mb=8, epochs=0.25, compute="emulated", timeout=20, protocol__overlap=tau)
+    live, _ = run_measured(p, 0.0)
+    assert structure(live) == structure(simulate(p, "simpy").trace)
+
+
 def ring_partners(seed: int, K: int) -> dict[int, list[int]]:
     """AD-PSGD's partners on the ring of 4, by hand: active nodes 1 and 3 each choose between
     passive 0 and 2 (index drawn from SeedSequence([seed, 11]), K per node, in node order; the
