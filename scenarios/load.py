@@ -340,6 +340,13 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
                             "of it (one learner per GPU)")
     if proto["allreduce_algorithm"] is None:
         proto["allreduce_algorithm"] = default_algorithm(g)
+    if proto["overlap"] and proto["name"] not in OVERLAP_PROTOCOLS:
+        raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: protocol "
+                            f"{proto['name']!r} does not overlap (the key applies to {', '.join(OVERLAP_PROTOCOLS)})")
+    pull = point["cluster"]["server"].get("pull", "whole")
+    if pull != "whole" and spec_of(point).family != "ps":
+        raise ScenarioError(f"{path}: key 'cluster.server.pull' = {pull!r}{label}: protocol {proto['name']!r} has "
+                            "no parameter server to pull from")
     if proto["name"] == "dpsgd" and proto["overlap"] > 1:
         raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: dpsgd takes 0 (exchange "
                             "after the step, blocking) or 1 (exchange while computing)")
@@ -351,6 +358,10 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
     if group > lam:
         raise ScenarioError(
             f"{path}: key 'cluster.server.group_size' = {group}{label}: must be ≤ learners ({lam})")
+
+
+# the protocols protocol.overlap means something to (sgp's τ, dpsgd's schedule, streaming DiLoCo's τ)
+OVERLAP_PROTOCOLS = ("sgp", "dpsgd", "diloco")
 
 
 def _check_low_communication(path: str, point: dict[str, Any], label: str) -> None:
@@ -427,16 +438,17 @@ def expand(scenario: Scenario) -> list[dict[str, Any]]:
 
 
 def check_engine(points: list[dict[str, Any]], engine: str) -> None:
-    """Refuse, before any run, ``--engine fast`` for a point only the SimPy engine simulates: a
-    parameter-server point with a layer-wise pull (``cluster.server.pull`` other than "whole")."""
+    """Refuse, before any run, ``--engine fast`` for a point no fast engine simulates exactly
+    (:func:`..simulator.run.fast_engine` says why: the local protocols' one engine, a
+    layer-wise pull, what a fast engine does not cover)."""
     if engine != "fast":
         return
+    from ..simulator.run import fast_engine  # loads numba: only for --engine fast
+
     for point in points:
-        pull = point["cluster"]["server"].get("pull", "whole")
-        if spec_of(point).family == "ps" and pull != "whole":
-            raise ScenarioError(f"--engine fast with key 'cluster.server.pull' = {pull!r} (point {point['_id']}): "
-                                "the layer-wise pull has the SimPy engine only; use --engine auto or simpy, or "
-                                "cluster.server.pull = 'whole'")
+        fast, reason = fast_engine(point)
+        if fast is None:
+            raise ScenarioError(f"--engine fast (point {point['_id']}): {reason}; use --engine auto or simpy")
 
 
 def point_hash(point: dict[str, Any]) -> str:

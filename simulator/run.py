@@ -58,7 +58,7 @@ def fast_engine(point: dict[str, Any]) -> tuple[FastEngine | None, str | None]:
         return None, "local SGD, DiLoCo and compressed all-reduce have one engine (a loop, no event queue)"
     pull = point["cluster"]["server"].get("pull", "whole") if is_ps(point) else "whole"
     if pull != "whole":
-        return None, f"the layer-wise pull (cluster.server.pull = {pull!r}) has the SimPy engine only"
+        return None, f"key 'cluster.server.pull' = {pull!r}: the layer-wise pull has the SimPy engine only"
     covers, engine = (fast_ps.covers, fast_ps.simulate_ps_fast) if is_ps(point) else FAST[point["protocol"]["name"]]
     reason = covers(point)
     return (engine if reason is None else None), reason

@@ -45,6 +45,37 @@ def test_engine_fast_with_a_layerwise_pull_is_refused_before_any_run(tmp_path: P
     assert not out.exists()  # refused before the results folder is made
 
 
+@pytest.mark.parametrize("sets", [["protocol.name=diloco"], ["protocol.name=local_sgd"],
+                                  ["protocol.name=allreduce", "protocol.compression=fp16"]])
+def test_engine_fast_with_a_local_protocol_is_refused_before_any_run(tmp_path: Path, sets: list[str],
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    # truth: these protocols have one engine, a loop without an event queue (docs/low-communication.md)
+    (tmp_path / "s.toml").write_text(PS_SCENARIO.format(pull="whole"))
+    out = tmp_path / "out"
+    args = [a for s in sets for a in ("--set", s)]
+    rc = main(["simulate", str(tmp_path / "s.toml"), "--engine", "fast", "--out", str(out), "--quiet", *args])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "--engine fast" in err and "have one engine" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["protocol.name=allreduce", "cluster.server.pull=layerwise"], "has no parameter server to pull from"),
+    (["protocol.name=local_sgd", "protocol.overlap=1"], "'local_sgd' does not overlap"),
+    (["protocol.name=async", "protocol.overlap=2"], "'async' does not overlap"),
+])
+def test_a_key_the_protocol_does_not_use_is_refused_not_ignored(tmp_path: Path, sets: list[str], needle: str,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "s.toml").write_text(PS_SCENARIO.format(pull="whole"))
+    out = tmp_path / "out"
+    args = [a for s in sets for a in ("--set", s)]
+    assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_engine_auto_runs_the_layerwise_pull(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "s.toml").write_text(PS_SCENARIO.format(pull="layerwise"))
     assert main(["simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "out"), "--quiet"]) == 0

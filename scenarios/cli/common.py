@@ -113,7 +113,8 @@ def add_scenario_options(p: argparse.ArgumentParser, out_default: str = "results
     p.add_argument("--keep-failed", action="store_true", help="with --resume: do not retry points that failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=("auto", "simpy", "fast"), default="auto",
-                   help="simulator engine: fast (byte-identical compiled engines, every protocol; needs numba), "
+                   help="simulator engine: fast (byte-identical compiled engines for the parameter-server and "
+                        "gossip protocols, refused before any run where one does not apply; needs numba), "
                         "simpy (the reference) or auto (fast where it applies; default)")
     p.add_argument("--traces", action="store_true",
                    help="also write each run's trace.ddlt (runs sharing a simulation share the file)")
