@@ -22,6 +22,39 @@ def make_point(toml: str = "", **sets: Any) -> dict[str, Any]:
     return points[0]
 
 
+def pull_point(pull: str | None, work: float, *, samples: int, learners: int = 1, param_count: int,
+               bucket_bytes: int, seed: int | None = None, extra: str = "") -> dict[str, Any]:
+    """The parameter-server point the pull tests work out by hand: hardsync, one shard at 1 GB/s,
+    no latency, overhead nor apply time, deterministic compute of ``work`` seconds, the digits MLP
+    sized to ``param_count`` parameters (4 B each); ``pull`` None leaves the key at its default."""
+    server = f'pull = "{pull}"\n' if pull else ""
+    head = f"seed = {seed}\n" if seed is not None else ""
+    return load_text(f"""{head}
+[workload]
+dataset = "digits"
+model = "mlp"
+param_count = {param_count}
+epochs = 1
+samples_per_epoch = {samples}
+[cluster]
+learners = {learners}
+minibatch = 16
+[cluster.compute]
+distribution = "deterministic"
+base_s = {work}
+per_sample_s = 0.0
+[cluster.network]
+latency_s = 0.0
+overhead_s = 0.0
+bandwidth_Bps = 1e9
+[cluster.server]
+apply_s = 0.0
+{server}[protocol]
+name = "hardsync"
+bucket_bytes = {bucket_bytes}
+{extra}""").points()[0]
+
+
 @pytest.fixture
 def point_factory():
     return make_point

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddlsim.scenarios.load import load_text
 from ddlsim.simulator import ps
 from ddlsim.simulator.catalog import Layer
 from ddlsim.simulator.run import simulate
+from tests.conftest import pull_point
 
 # Forward order: 2.5, 5 and 7.5 M parameters (10, 20, 30 MB: 0.01, 0.02, 0.03 s at 1 GB/s) and
 # 30, 15, 15 M multiply-adds (forward shares 1/2, 1/4, 1/4: before each, 0, 1/2, 3/4), as a
@@ -26,33 +26,7 @@ def three_layers(monkeypatch: pytest.MonkeyPatch) -> None:
 def _point(pull: str, work: float, iterations: int, seed: int = 1) -> dict:
     """One learner, one shard at 1 GB/s, no latency nor apply time; the push one 60 MB message
     (0.06 s) after the compute; forward F = W/3 (backward_fraction 2/3)."""
-    text = f"""
-seed = {seed}
-[workload]
-dataset = "digits"
-model = "mlp"
-param_count = 15000000
-epochs = 1
-samples_per_epoch = {16 * iterations}
-[cluster]
-learners = 1
-minibatch = 16
-[cluster.compute]
-distribution = "deterministic"
-base_s = {work}
-per_sample_s = 0.0
-[cluster.network]
-latency_s = 0.0
-overhead_s = 0.0
-bandwidth_Bps = 1e9
-[cluster.server]
-apply_s = 0.0
-pull = "{pull}"
-[protocol]
-name = "hardsync"
-bucket_bytes = 0
-"""
-    return load_text(text).points()[0]
+    return pull_point(pull, work, samples=16 * iterations, param_count=15_000_000, bucket_bytes=0, seed=seed)
 
 
 def _seconds(pull: str, work: float, iterations: int = 3, seed: int = 1) -> float:

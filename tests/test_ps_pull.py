@@ -8,6 +8,7 @@ import pytest
 from ddlsim.scenarios.load import load_text
 from ddlsim.simulator.protocols import header_for
 from ddlsim.simulator.run import fast_engine, simulate
+from tests.conftest import pull_point
 
 ITERATIONS = 3
 
@@ -15,32 +16,8 @@ ITERATIONS = 3
 def _point(pull: str | None, work: float, extra: str = "") -> dict:
     """One learner, one shard, a 120 MB model in two 60 MB pieces over 1 GB/s, no latency and
     no apply time: the pull takes tx = 0.12 s, each push piece 0.06 s."""
-    server = f'pull = "{pull}"\n' if pull else ""
-    text = f"""
-[workload]
-dataset = "digits"
-model = "mlp"
-param_count = 30000000
-epochs = 1
-samples_per_epoch = {16 * ITERATIONS}
-[cluster]
-learners = 1
-minibatch = 16
-[cluster.compute]
-distribution = "deterministic"
-base_s = {work}
-per_sample_s = 0.0
-[cluster.network]
-latency_s = 0.0
-overhead_s = 0.0
-bandwidth_Bps = 1e9
-[cluster.server]
-apply_s = 0.0
-{server}[protocol]
-name = "hardsync"
-bucket_bytes = 60000000
-{extra}"""
-    return load_text(text).points()[0]
+    return pull_point(pull, work, samples=16 * ITERATIONS, param_count=30_000_000, bucket_bytes=60_000_000,
+                      extra=extra)
 
 
 def _closed_form(work: float, layerwise: bool) -> float:

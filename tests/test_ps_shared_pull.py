@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddlsim.scenarios.load import ScenarioError, check_engine, load_text
+from ddlsim.scenarios.load import ScenarioError, check_engine
 from ddlsim.simulator.ps import processor_sharing_ends
 from ddlsim.simulator.run import fast_engine, simulate
+from tests.conftest import pull_point
 
 ITERATIONS = 3
 
@@ -17,32 +18,8 @@ def _point(pull: str, work: float, learners: int = 1, param_count: int = 37_500_
     """One shard at 1 GB/s, no latency, no apply time, 60 MB buckets. The default 150 MB model cuts
     into pieces of 60, 60, 30 MB in backward order: 30, 60, 60 MB (0.03, 0.06, 0.06 s) in forward
     order. Forward F = W/3 (backward_fraction 2/3)."""
-    text = f"""
-[workload]
-dataset = "digits"
-model = "mlp"
-param_count = {param_count}
-epochs = 1
-samples_per_epoch = {16 * learners * ITERATIONS}
-[cluster]
-learners = {learners}
-minibatch = 16
-[cluster.compute]
-distribution = "deterministic"
-base_s = {work}
-per_sample_s = 0.0
-[cluster.network]
-latency_s = 0.0
-overhead_s = 0.0
-bandwidth_Bps = 1e9
-[cluster.server]
-apply_s = 0.0
-pull = "{pull}"
-[protocol]
-name = "hardsync"
-bucket_bytes = 60000000
-"""
-    return load_text(text).points()[0]
+    return pull_point(pull, work, samples=16 * learners * ITERATIONS, learners=learners, param_count=param_count,
+                      bucket_bytes=60_000_000)
 
 
 def _per_iteration(p: dict) -> float:
