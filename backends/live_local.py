@@ -232,13 +232,18 @@ class LocalNode:
             lo, hi, tensors = self.slices[fragment]
             delta = self.anchor[f] - me.x[lo:hi]
             mean = self._average(delta, tensors, "outer", fragment)
-            new = self.outer[f].step_delta(self.anchor[f], mean)
-            x = me.x.clone()
-            x[lo:hi] = new
-            me.x = x
-            self.anchor[f] = new.clone()
+            self._land(f, lo, hi, mean)
         me.version += 1
         me.log.append(("avg", fragment, t0, time.monotonic()))
+
+    def _land(self, f: int, lo: int, hi: int, mean: torch.Tensor) -> None:
+        """The outer step of fragment ``f`` (elements ``lo:hi``) on the mean pseudo-gradient
+        ``mean``: its result replaces the fragment in the node's state and becomes its anchor."""
+        new = self.outer[f].step_delta(self.anchor[f], mean)
+        x = self.me.x.clone()
+        x[lo:hi] = new
+        self.me.x = x
+        self.anchor[f] = new.clone()
 
     def prepare(self, fragment: int) -> None:
         """Start the overlapped averaging of ``fragment``'s pseudo-gradient (uncompressed: an
@@ -267,13 +272,8 @@ class LocalNode:
         if work is not None:  # the sum of an uncompressed all-reduce; a compressed one kept its mean
             work.wait()
             total = total / self.n
-        f = max(fragment, 0)
         lo, hi, _ = self.slices[fragment]
-        new = self.outer[f].step_delta(self.anchor[f], total)
-        x = me.x.clone()
-        x[lo:hi] = new
-        me.x = x
-        self.anchor[f] = new.clone()
+        self._land(max(fragment, 0), lo, hi, total)
         me.version += 1
         me.log.append(("sync", fragment, t0, time.monotonic()))
 

@@ -227,17 +227,21 @@ def test_torchrun_worker_runs_a_point_that_replay_reproduces(tmp_path) -> None:
     assert bad.returncode != 0 and "WORLD_SIZE = 2, but this point needs 3 processes" in bad.stderr
 
 
+def replayed_debiased(trace, p: dict) -> torch.Tensor:
+    """Every node's de-biased weights x_i / w_i after replaying ``trace`` (one thread, unbatched)."""
+    torch.set_num_threads(1)
+    rep = Replayer(trace, build_model(p), load_data(p), Optimizer(p["optimizer"], 0.0), batched=False)
+    rep.run()
+    fin = rep.final_states()
+    return torch.stack([fin[i][0] / fin[i][1] for i in range(len(fin))])
+
+
 @pytest.mark.parametrize("protocol,overlap", [("allreduce", 0), ("sgp", 0), ("dpsgd", 0), ("dpsgd", 1)])
 def test_live_gossip_nodes_are_reproduced_by_replaying_their_trace(protocol: str, overlap: int) -> None:
     # Truth: every node's live de-biased weights x_i / w_i; replay sees only the merged trace.
     p = point(protocol, learners=4, mb=8, protocol__overlap=overlap)
     r = live(p)
-    torch.set_num_threads(1)
-    rep = Replayer(r.trace, build_model(p), load_data(p), Optimizer(p["optimizer"], 0.0), batched=False)
-    rep.run()
-    fin = rep.final_states()
-    z = torch.stack([fin[i][0] / fin[i][1] for i in range(4)])
-    assert torch.allclose(z, r.final_weights, atol=1e-5, rtol=0)
+    assert torch.allclose(replayed_debiased(r.trace, p), r.final_weights, atol=1e-5, rtol=0)
     if protocol == "allreduce":  # exact averaging: every node holds the same model
         assert torch.allclose(r.final_weights[0], r.final_weights[3], atol=1e-6)
     if protocol == "dpsgd":  # each iteration's mixes are row i of D-PSGD's doubly stochastic W_k
