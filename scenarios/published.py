@@ -155,11 +155,16 @@ MISSING = {
          "and 8-GPU lines rise 0.176, 0.176, 0.179 s for ResNet-101), which one constant does not follow",
     "H": "Horovod's per-tensor negotiation beyond one cycle per iteration (a cycle per fused buffer, the "
          "coordinator's allgather of the ready lists), and TCP/RoCE below line rate",
-    "T": "TensorFlow 1.x's tf.contrib.nccl is the open-source NCCL 1, one all-reduce per tensor; on 8 GPUs "
-         "its device-order ring leaves the DGX-1's NVLink quads (modelled: at most 10 GB/s of bus bandwidth, the "
-         "upper bound nccl-76 reports), but the rows imply less or no overlap: T6 needs more exposed all-reduce "
-         "time than even an unoverlapped ring at 10 GB/s gives, T9 nearly all of it. On 2-4 GPUs (within a "
-         "quad) we believe the per-tensor NCCL 1 launches and their SM use during backward are what is missing",
+    "T": "TensorFlow 1.x's tf.contrib.nccl is the open-source NCCL 1: one ring in device order, one all-reduce per"
+         " tensor (modelled: a ring step over one NVLink, 18.31 GB/s, within a quad; at most 10 GB/s of bus "
+         "bandwidth on 8 GPUs, the upper bound nccl-76 reports). The rows then say how much of that ring the "
+         "backward pass hides, and it differs by model: AlexNet exposes all of it or more (T5: 23.5 ms per "
+         "iteration against the unoverlapped ring's 20.0 ms at 18.31 GB/s; T6: 58.4 ms against 42.8 ms at 10 GB/s,"
+         " at most 7.3 GB/s even without overlap), VGG-16 on 2-4 GPUs a part (T1: 22.8 of 45.3 ms, T3: 18.3 of "
+         "30.2, T8: 10.9 of 45.3), VGG-16 on 8 GPUs at batch 32 nearly all (T9: 90.0 of 96.9 ms). Missing, for "
+         "want of a source measured apart from these rows: what TensorFlow's replicated NCCL mode overlaps with "
+         "the backward pass (its NCCL stream beside the compute stream, per tensor), and the rate of the 8-GPU "
+         "ring's two steps through host memory (GPU 3 to 4 and 7 to 0, zero-copy over PCIe and QPI)",
     "E": "with TensorFlow's pieces, a piece per layer (its variables) and each piece's share of the forward "
          "multiply-adds, every piece of the pull in flight at once and sharing the link (TensorFlow issues "
          "each step's receives together and gRPC interleaves them) hides nearly all of the pull behind the "
@@ -175,7 +180,7 @@ MISSING = {
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
-    "I": "V100s without NVLink: ring steps through PCIe switches and the CPU's root complex",
+    "I": "V100s without NVLink: ring steps through PCIe switches and the CPUs' root complexes",
 }
 
 
@@ -215,13 +220,20 @@ ROWS: tuple[Row, ...] = (
     Row("I1", "horovod-416", "issue body", "ResNet-101, 4 V100 (PCIe switch, one server)",
         "images_per_s", 650.92, _keys("resnet101", 4, 4, 64, 202.78, gpu="v100-pcie", preset="40gbe-roce",
                                        library="horovod", protocol__allreduce_algorithm="ring"), 202.78,
-        mechanism="V100s behind PCIe switches: the GPUs of a switch share its uplink, so the intra-node "
-        "ring runs well below the 16 GB/s per GPU the model gives each (the maintainers' reply: 'V100s really "
-        "need NVLink')"),
+        mechanism="V100s under one PCIe switch (the issue: 4 GPUs on one switch, one x16 link from it to one "
+        "of the server's two CPUs, joined by QPI): the row exposes 77.7 ms per iteration, 4.6 times the "
+        "unoverlapped ring of ResNet-101's 178.8 MB at PCIe 3.0 x16 (16.8 ms at 16 GB/s; PCI-SIG's 8 GT/s x 16 "
+        "lanes x 128/130 = 15.75 GB/s changes it by 2 %): without overlap it implies 3.45 GB/s of bus bandwidth. "
+        "A ring through host memory, the 4 GPUs sharing the switch's one x16 uplink (15.75 / 4 = 3.9 GB/s each), "
+        "would give about that; missing: whether peer-to-peer was enabled (the issue does not say) and a "
+        "measured all-reduce rate of that system"),
     Row("I2", "horovod-416", "issue body", "ResNet-101, 16 V100 (2 servers of 8, PCIe), 40 Gb RoCE",
         "images_per_s", 2379.56, _keys("resnet101", 16, 8, 64, 202.78, gpu="v100-pcie", preset="40gbe-roce",
                                         library="horovod", protocol__allreduce_algorithm="ring"), 202.78,
-        mechanism="as I1: the shared PCIe switches (8 GPUs per server here), plus RoCE below line rate"),
+        mechanism="as I1, and the 8 GPUs of a server sit under two switches on the two CPUs, so the ring also "
+        "crosses QPI, where a step goes through host memory: the row exposes 114.7 ms (2.92 GB/s of bus "
+        "bandwidth if unoverlapped); missing: a measured all-reduce rate of such a server, and RoCE's below "
+        "line rate"),
     Row("T1", TFB, DGX_SYN, "VGG-16, 4 P100 (NVLink), NCCL replicated", "images_per_s", 584,
         _tf_dgx("vgg16", 4, 64, 154), 154),
     Row("T2", TFB, DGX_SYN, "VGG-16, 8 P100 (NVLink), NCCL replicated", "images_per_s", 1081,
@@ -237,7 +249,8 @@ ROWS: tuple[Row, ...] = (
     Row("T7", TFB, DGX_SYN + " (batch 32)", "VGG-16, 2 P100, batch 32, NCCL replicated", "images_per_s", 281,
         _tf_dgx("vgg16", 2, 32, 144), 144,
         mechanism="over-predicted: the overlap slowdown measured with PyTorch DDP on V100s (3.6 %), extended "
-        "to TensorFlow on P100s, is more than these 2 P100s lose (2.5 % in all)"),
+        "to TensorFlow on P100s, is more than these 2 P100s lose (2.5 % in all: 5.5 ms per iteration, of a "
+        "30.2 ms ring at one NVLink's 18.31 GB/s)"),
     Row("T8", TFB, DGX_SYN + " (batch 32)", "VGG-16, 4 P100, batch 32, NCCL replicated", "images_per_s", 549,
         _tf_dgx("vgg16", 4, 32, 144), 144),
     Row("T9", TFB, DGX_SYN + " (batch 32)", "VGG-16, 8 P100, batch 32, NCCL replicated", "images_per_s", 820,
@@ -286,14 +299,22 @@ ROWS: tuple[Row, ...] = (
         "images_per_s", 2855, _dle("resnet50", 8, 112, 367, "v100"), 367),
     Row("N2", "nvidia-dle-rn50", "'Training performance: DGX-1 16GB'", "ResNet-50, 8 V100, AMP, batch 256",
         "images_per_s", 8322, _dle("resnet50", 8, 256, 1200, "v100", "mixed"), 1200,
-        mechanism="the input pipeline: at 1,200 img/s per GPU mixed-precision training is bound by data "
-        "loading and augmentation shared by the node's CPUs (cluster.input.samples_per_s models it; the "
-        "source states no node figure)"),
+        mechanism="not the all-reduce: the README's results use PyTorch's native AMP (its changelog: February 2021, "
+        "moved from APEX AMP to native AMP; results in the pytorch-21.03 container), which keeps float32 "
+        "gradients, so DDP reduces the same 102 MB as in FP32: the unoverlapped ring over NVLink is 1.5 ms of"
+        " the 32.8 ms per iteration this row exposes (N4: 0.9 of 19.6 ms). The benchmark reads real JPEGs "
+        "(configs.yml: mode benchmark_training, unlike benchmark_training_short, sets no synthetic backend; 8"
+        " loader workers per GPU on DGX1V, 16 on DGXA100), so 8 GPUs share the node's CPUs for decoding and "
+        "augmentation where one GPU had them alone, and at AMP's 2.6-3.3 times faster compute (the README's "
+        "speedups) that node cap is what we believe binds. Missing: a node's decode and augmentation "
+        "throughput measured apart from these rows (cluster.input.samples_per_s would take it; the rows' own "
+        "8,322 and 16,621 img/s are what is predicted)"),
     Row("N3", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, TF32, batch 256",
         "images_per_s", 7248, _dle("resnet50", 8, 256, 938, "a100"), 938),
     Row("N4", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, AMP, batch 256",
         "images_per_s", 16621, _dle("resnet50", 8, 256, 2470, "a100", "mixed"), 2470,
-        mechanism="as N2: 8 × 2,470 img/s of decoding and augmentation per node"),
+        mechanism="as N2: 8 × 2,470 img/s of decoding and augmentation per node; the ring is 0.9 of the 19.6 "
+        "ms per iteration the row exposes"),
     Row("S1", "sgp-paper", "abstract", "SGP, 32 nodes × 8 V100, 10 GbE, 90 epochs",
         "hours", 1.6, _sgp("sgp"), 8 * 367, calibrated="TCP effective bandwidth "
         f"{SGP_BANDWIDTH * 8 / 1e9:.2f} Gbit/s, from this row", fitted=True),
@@ -554,9 +575,11 @@ def note(results: list[Result]) -> str:
               "each message's copy between GPU and host memory at the node's PCIe bandwidth before the wire",
               "(TensorFlow's RecvTensor fills a host proto from GPU memory first), and the parameter servers'",
               "apply on the CPU (plain SGD, tf_cnn_benchmarks' default: 12 bytes read and written per",
-              "parameter at the p2's 76.8 GB/s peak memory bandwidth). " + pull_order + " `tf-nccl` on more "
-              "than 4 GPUs",
-              "of a node caps the ring's bus bandwidth at 10 GB/s: TensorFlow 1.x built tf.contrib.nccl from",
+              "parameter at the p2's 76.8 GB/s peak memory bandwidth). " + pull_order + " `tf-nccl`'s ring moves at "
+              "one NVLink's rate,",
+              "18.31 GB/s (a P100 link measured by p2pBandwidthLatencyTest; NCCL 1 builds one ring, each step",
+              "over one link: nccl1-one-link), and on more than 4 GPUs of a node at most 10 GB/s of bus",
+              "bandwidth: TensorFlow 1.x built tf.contrib.nccl from",
               "the open-source NCCL 1, whose device-order ring leaves a DGX-1's NVLink quads, and a user",
               "measured that NCCL 1 under 10 GB/s on a DGX-1 (nccl-76; an upper bound, measured apart from",
               "these rows). One figure is **calibrated**, and labelled so:",

@@ -12,6 +12,7 @@ from ddlsim.scenarios import published
 from ddlsim.scenarios.cli import main
 from ddlsim.scenarios.libraries import libraries
 from ddlsim.scenarios.load import ScenarioError, load_text
+from ddlsim.simulator.run import simulate
 
 BASE = """
 [workload]
@@ -84,6 +85,26 @@ def test_library_preset_figures_by_hand() -> None:
     hvd = load_text(BASE + '[protocol]\nname = "allreduce"\nlibrary = "horovod"\n').points()[0]
     assert hvd["cluster"]["compute"]["step_s"] == pytest.approx(0.0025)
     assert hvd["protocol"]["bucket_bytes"] == 64 * 2**20
+
+
+def test_tf_nccl_ring_moves_at_one_p100_nvlink_within_a_quad_and_at_most_10_gbs_beyond() -> None:
+    # truth: NCCL 1's one ring takes one NVLink per step, one P100 link measured at 18.31 GB/s per
+    # direction (p2pBandwidthLatencyTest, docs/hardware.md nccl1-one-link); beyond 4 GPUs nccl-76's 10 GB/s
+    for gpus, expected in ((2, 18.31e9), (4, 18.31e9), (8, 1e10)):
+        text = (f'[workload]\ndataset = "imagenet"\nmodel = "vgg16"\n[cluster]\nlearners = {gpus}\n'
+                f'gpus_per_node = {gpus}\ngpu = "p100"\n[protocol]\nname = "allreduce"\nlibrary = "tf-nccl"\n')
+        assert load_text(text).points()[0]["cluster"]["network"]["intra_bandwidth_Bps"] == pytest.approx(expected)
+
+
+def test_tf_nccl_two_p100_iteration_is_compute_slowed_plus_the_one_link_ring_by_hand() -> None:
+    # truth: with no buckets the ring follows the compute: μ·per_sample·(1 + 0.036 overlap slowdown)
+    # + 2(N−1)/N · B / 18.31 GB/s + 2(N−1) latencies, VGG-16's 138,357,544 float32 parameters
+    text = ('name = "t"\n[workload]\ndataset = "imagenet"\nmodel = "vgg16"\nepochs = 1\nsamples_per_epoch = 640\n'
+            '[cluster]\nlearners = 2\ngpus_per_node = 2\nminibatch = 32\ngpu = "p100"\n[cluster.compute]\n'
+            'per_sample_s = 0.005\n[protocol]\nname = "allreduce"\nlibrary = "tf-nccl"\nbucket_bytes = 0\n')
+    sim = simulate(load_text(text).points()[0])
+    by_hand = 32 * 0.005 * 1.036 + 138_357_544 * 4 / 18.31e9 + 2 * 5e-6
+    assert sim.summary["sim_time_s"] / (sim.summary["gradients"] / 2) == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_explicit_keys_win_and_plain_numbers_are_unchanged() -> None:
@@ -183,7 +204,6 @@ def test_library_jitter_makes_a_barrier_wait_for_the_slowest_of_n_draws() -> Non
     # nccl preset's cv on 8 GPUs with free links: each iteration lasts the slowest GPU's compute
     from scipy import integrate
 
-    from ddlsim.simulator.run import simulate
 
     iters, n = 300, 8
     text = BASE.replace("learners = 16", f"learners = {n}") + (
