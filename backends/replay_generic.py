@@ -13,12 +13,13 @@ The interpreter never knows which protocol wrote the trace (docs/replay.md):
 Memory: a state (node, version) is freed after the last op that reads it; a gradient is
 freed by the apply that consumes it; gradients no apply consumes are never computed
 (:mod:`.replay_plan`). Batching: an apply's gradients that all read one version (a hardsync
-round) are computed *fused*, by one forward and backward over all their samples, each weighted
-by its gradient's coefficient over its minibatch size; otherwise, when the replay reaches a
-gradient not yet computed, it computes it together with later gradients whose states already
-exist (same batch size) in one batched call, when :func:`.replay_plan.batch_rows` says such
-row batches pay for this model on this device. It never computes a gradient later than its
-own op.
+round), or versions provably equal to it (an all-reduce round: each node's copy of the same
+weights, :func:`.replay_plan.equal_states`), are computed *fused*, by one forward and backward
+over all their samples, each weighted by its gradient's coefficient over its minibatch size;
+otherwise, when the replay reaches a gradient not yet computed, it computes it together with
+later gradients whose states already exist (same batch size) in one batched call, when
+:func:`.replay_plan.batch_rows` says such row batches pay for this model on this device. It
+never computes a gradient later than its own op.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Replayer:
     ``batched``: batch gradients at all (False: every gradient alone, by plain autograd);
     ``batching``: "auto" (row batches as :func:`.replay_plan.batch_rows` decides for this
     model and device) or "always" (row batches up to the memory cap whatever they cost);
-    ``fuse``: fused batches of an apply's gradients on one version (with ``batched``).
+    ``fuse``: fused batches of an apply's gradients on one version or equal ones (with ``batched``).
     """
 
     def __init__(self, trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
@@ -145,8 +146,9 @@ class Replayer:
 
     def _fused_request(self, b: int) -> GradRequest:
         """Fused batch ``b``: ``Σ_j coef_j · g_j`` over its gradients (one apply's, all on one
-        version) as one gradient over all their samples, sample s of gradient j weighted
-        ``coef_j / size_j``."""
+        version or on versions equal to it: :func:`.replay_plan.equal_states`) as one gradient
+        over all their samples, sample s of gradient j weighted ``coef_j / size_j``; computed
+        at the state its first grad op reads (which exists then)."""
         plan, gops = self.plan, self.plan.batches[b]
         ops = self.trace.ops
         sizes = ops["batch_size"][gops]
@@ -320,6 +322,10 @@ class Replayer:
         self._freed += sum(counts)
         free = plan.free_order[f0:self._freed].tolist()
         offset, fp = plan.offset.tolist(), 0
+        mixes = ops["kind"][lo:hi] == MIX
+        copy = (mixes & (ops["self_coef"][lo:hi] == 0.0) & (ops["coef"][lo:hi] == 1.0)).tolist()
+        copy_src = np.where(mixes, plan.offset[np.maximum(ops["src_node"][lo:hi], 0)] + ops["src_version"][lo:hi],
+                            -1).tolist()
         for r, (k, nd, ver, g0, c, start, size, lead, sid, j, coef, lr) in enumerate(zip(*cols)):
             i = lo + r
             if k == APPLY:
@@ -341,7 +347,11 @@ class Replayer:
                     req = self._request(lead)
                     self._finish(req, (yield req))
             elif k == MIX:
-                self._mix(i, offset)
+                if copy[r]:  # the source's own tensor and weight (_mix's rule)
+                    states[offset[nd] + ver + 1] = states[copy_src[r]]
+                    current[nd] = offset[nd] + ver + 1
+                else:
+                    self._mix(i, offset)
             else:
                 self._eval(i)
             if len(states) > self.peak_live_states:
@@ -353,11 +363,14 @@ class Replayer:
                 fp += c
 
     def _mix(self, i: int, offset: list[int]) -> None:
+        """``x ← self_coef·x + coef·x_src``, ``w`` likewise. (A copy, self_coef 0 and coef 1, is
+        handled in :meth:`_run_ops`: the source's own tensor and weight, which this arithmetic
+        gives for finite weights, :func:`.replay_plan.equal_states`; versions are never written
+        once created.)"""
         ops = self.trace.ops
         nd, sc, cf = int(ops["node"][i]), float(ops["self_coef"][i]), float(ops["coef"][i])
         sid = offset[nd] + int(ops["version"][i])
         x, w = self.states[sid]
         xs, ws = self.states[offset[int(ops["src_node"][i])] + int(ops["src_version"][i])]
-        x_new = torch.add(x if sc == 1.0 else x * sc, xs, alpha=cf)
-        self.states[sid + 1] = (x_new, sc * w + cf * ws)
+        self.states[sid + 1] = (torch.add(x if sc == 1.0 else x * sc, xs, alpha=cf), sc * w + cf * ws)
         self._current[nd] = sid + 1

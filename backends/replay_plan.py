@@ -5,8 +5,9 @@ which gradients are computed at all (those an apply consumes), which are compute
 each apply input's coefficient and each apply's learning rate (the staleness policy scales
 the rate of the step: :func:`.optim.step_rates`). Two kinds of batch:
 
-* **fused**: the inputs of one apply that all read the same weights (a hardsync round, an
-  all-gradients-on-one-version apply). Their combined gradient ``Σ_j c_j ∇ mean_j(ℓ)`` is
+* **fused**: the inputs of one apply that all read the same weights — one version (a hardsync
+  round), or versions :func:`equal_states` proves equal in value (an all-reduce round, each
+  node's gradient on its own copy of the weights). Their combined gradient ``Σ_j c_j ∇ mean_j(ℓ)`` is
   ``∇ Σ_s a_s ℓ_s`` with ``a_s = c_j / μ_j`` for each sample ``s`` of gradient ``j``: one
   forward and backward over all their samples computes it (exact up to float rounding, also
   with unequal minibatches or weights), as a plain loop with minibatch λμ does;
@@ -42,7 +43,7 @@ STACK_MIN_ROWS = 8          # fewer rows fit: gradients one at a time (row batch
 
 # a batch's kind (``Plan.kinds``)
 ROWS = 0             # one row per gradient (stacked weights)
-FUSED = 1            # one apply's gradients on one version: one call over all their samples
+FUSED = 1            # one apply's gradients on one version (or equal ones): one call over all their samples
 FUSED_IN_BUFFER = 2  # fused, and its apply comes before any other gradient is computed
 
 # what the replay does at a grad op (``Plan.lead``; a value ≥ 0 is a batch index)
@@ -129,7 +130,8 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
 
     ``batched``: batches at all (else every gradient alone); ``cap``: gradients per row batch
     (1: none); ``fuse`` (default ``batched``): fused batches of the applies whose inputs all
-    read one version (at most ``BATCH_CAP`` gradients each)."""
+    read one version or versions equal to it (:func:`equal_states`; at most ``BATCH_CAP``
+    gradients each). A fused batch is computed at its first grad op, on the state that op reads."""
     ops, inp = trace.ops, trace.inputs
     kind, node, version = ops["kind"], ops["node"].astype(np.int64), ops["version"].astype(np.int64)
     src_node, src_ver = ops["src_node"].astype(np.int64), ops["src_version"].astype(np.int64)
@@ -163,7 +165,9 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
     kinds: list[int] = []
     done = np.zeros(len(grads), bool)
     if batched if fuse is None else fuse:
-        for group in _fused_groups(ops, inp, applies, sid):
+        same = sid.copy()
+        same[grads] = equal_states(ops, offset, n_states)[sid[grads]]
+        for group in _fused_groups(ops, inp, applies, same):
             done[np.searchsorted(grads, group)] = True
             lead[group[1:]] = NOTHING
             lead[group[0]] = len(batches)
@@ -221,10 +225,34 @@ def plan_trace(trace: Trace, opt: Optimizer, batched: bool, cap: int = BATCH_CAP
                 lead, batches, sid, interval, coef, lr, coefs, evals, kinds)
 
 
+def equal_states(ops: dict[str, np.ndarray], offset: np.ndarray, n_states: int) -> np.ndarray:
+    """For every state id, the smallest id of a state its value (``x`` and ``w``) provably equals.
+
+    The rule, read from the ops alone: every node's version 0 is the model's initial weights
+    with ``w = 1`` (the replay starts every node there), so all of them equal node 0's; a mix
+    of the whole model (``batch_index`` −1, not a fragment) with ``self_coef = 0`` and ``coef = 1``
+    makes its new version ``0·x + x_src``, ``0·w + w_src``,
+    which is ``(x_src, w_src)`` exactly in float arithmetic (for finite ``x``: a node whose
+    weights are not finite has diverged); equality is transitive, and a version never changes
+    once created. Every other version (an apply's step, any other mix) is its own."""
+    kind, node, version = ops["kind"], ops["node"].astype(np.int64), ops["version"].astype(np.int64)
+    rep = np.arange(n_states, dtype=np.int64)
+    rep[offset] = offset[0]
+    copy = np.flatnonzero((kind == MIX) & (ops["self_coef"] == 0.0) & (ops["coef"] == 1.0) & (ops["batch_index"] < 0))
+    rep[offset[node[copy]] + version[copy] + 1] = (offset[ops["src_node"][copy].astype(np.int64)]
+                                                   + ops["src_version"][copy].astype(np.int64))
+    while True:  # pointer jumping: each pass halves every chain of copies
+        nxt = rep[rep]
+        if np.array_equal(nxt, rep):
+            return rep
+        rep = nxt
+
+
 def _fused_groups(ops: dict[str, np.ndarray], inp: dict[str, np.ndarray], applies: np.ndarray,
                   sid: np.ndarray) -> list[np.ndarray]:
-    """The fused batches: for every apply of at least two inputs that all read one state, its
-    grad ops in trace order, in pieces of at most ``BATCH_CAP``."""
+    """The fused batches: for every apply of at least two inputs that all read one state
+    (``sid``: a grad op's state, or the one it provably equals), its grad ops in trace order,
+    in pieces of at most ``BATCH_CAP``."""
     counts = ops["in_count"][applies].astype(np.int64)
     multi = counts >= 2
     if not multi.any():

@@ -3,7 +3,7 @@
 Models: the digits MLP (9,610 parameters, the embedded digits set), a 0.5M-parameter MLP
 (the ``mlp`` model on the synthetic ``teacher`` set with 3,900 features: 500,618 parameters)
 and Rudra's CIFAR-10 CNN (``rudra_cifar``, 89,578 parameters, synthetic inputs of CIFAR-10's
-shape: speed does not depend on the pixels). For each model two traces, SGD with momentum 0.9:
+shape: speed does not depend on the pixels). For each model three traces, SGD with momentum 0.9:
 
 * **hardsync** λ = 30, μ = 4: every round's 30 gradients read the same weights and one apply
   averages them, so the run *is* SGD with minibatch λμ = 120. Reference: the plain loop with
@@ -12,6 +12,11 @@ shape: speed does not depend on the pixels). For each model two traces, SGD with
 * **async** λ = 30, μ = 4: round-robin ASGD, each gradient read from the version its learner
   last pulled (σ = 29), one apply per gradient. Reference: the same loop with minibatch μ
   (always the latest weights). Goal: ≥ 0.9×.
+* **allreduce** λ = 30 nodes, μ = 4: AllReduce-SGD as the simulator writes it
+  (:meth:`ddlsim.simulator.protocols.gossip.GossipRecorder.allreduce_round`): each node's
+  gradient on its own copy of the weights, one apply on node 0 at weight 1/λ, then every other
+  node copies node 0's new version (a mix of self_coef 0, coef 1). The run is SGD with
+  minibatch λμ, so the reference is hardsync's loop. Goal: ≥ 0.8×, as hardsync.
 
 SGD's rate is 0.001, low enough that no replay diverges on the synthetic data (a diverged
 replay stops early, and the benchmark refuses to time it).
@@ -33,6 +38,7 @@ count; wall time on cuda); every figure is a **paired ratio** (the two times of 
 median and min–max over the rounds.
 
     python benchmarks/replay_models.py [--rounds 5] [--models digits,mlp500k,cnn] [--replicates 3]
+        [--cases hardsync,async,allreduce]
     python benchmarks/replay_models.py --device cuda
 """
 
@@ -51,6 +57,7 @@ from torch import Tensor
 from ddlsim.backends.base import BackendError
 from ddlsim.backends.device import resolve_device
 from ddlsim.backends.optim import Optimizer, mean_staleness
+from ddlsim.backends.replay import make_replayer
 from ddlsim.backends.replay_generic import Replayer
 from ddlsim.backends.workloads import Data, build_model, load_data
 from ddlsim.scenarios.load import load_text
@@ -133,6 +140,21 @@ def hardsync_trace(lam: int, mu: int, rounds: int, n: int, seed: int) -> Trace:
     return tb.build({"nodes": 1, "data_seed": seed, "samples_per_epoch": n})
 
 
+def allreduce_trace(lam: int, mu: int, rounds: int, n: int, seed: int) -> Trace:
+    """AllReduce-SGD's encoding (docs/decentralized.md): round k, node i's gradient on its own
+    version k (global slice i of batch k); one apply on node 0 of all λ at weight 1/λ; every
+    other node copies node 0's version k+1 (self_coef 0, coef 1)."""
+    tb = TraceBuilder()
+    for k in range(rounds):
+        gops = [tb.grad(i, i, k, global_slice_start(k, i, lam, mu), mu, k, k, k + 0.5, k * lam * mu / n)
+                for i in range(lam)]
+        epoch = (k + 1) * lam * mu / n
+        tb.apply(0, k, gops, [1.0 / lam] * lam, [0] * lam, k + 1.0, epoch)
+        for i in range(1, lam):
+            tb.mix(i, k, 0, k + 1, 1.0, 0.0, k + 1.0, k + 1.0, epoch)
+    return tb.build({"nodes": lam, "data_seed": seed, "samples_per_epoch": n})
+
+
 def async_trace(lam: int, mu: int, grads: int, n: int, seed: int) -> Trace:
     """Round-robin ASGD: learner ``l`` pushes a gradient on the version it last pulled, the
     server applies it at once and ``l`` pulls the new version (σ = λ − 1)."""
@@ -180,12 +202,13 @@ def plain_loop(point: dict, data: Data, batches: list[Tensor], device: torch.dev
 
 
 def replay(point: dict, data: Data, trace: Trace, device: torch.device, **kw) -> tuple[float, Replayer]:
-    """Seconds for planning and executing ``trace`` (model and data already built)."""
+    """Seconds for planning and executing ``trace`` (model and data already built); a
+    multi-node trace through :func:`ddlsim.backends.replay.make_replayer` (the backend's pick)."""
     model = build_model(point).to(device)
     _sync(device)
     t = clock()
     opt = Optimizer(point["optimizer"], mean_staleness(trace.inputs["staleness"]))
-    rep = Replayer(trace, model, data, opt, **kw)
+    rep = make(trace, model, data, opt, **kw)
     rep.run()
     _sync(device)
     dt = clock() - t
@@ -194,12 +217,22 @@ def replay(point: dict, data: Data, trace: Trace, device: torch.device, **kw) ->
     return dt, rep
 
 
+def make(trace: Trace, model: torch.nn.Module, data: Data, opt: Optimizer, **kw) -> Replayer:
+    """The replayer the backend would use: the generic one, or make_replayer's pick for
+    several nodes (``batched=False`` forces the generic interpreter there too)."""
+    if int(trace.header["nodes"]) == 1:
+        return Replayer(trace, model, data, opt, **kw)
+    rep = make_replayer(trace, model, data, opt, **({"stacked": "off"} if kw else {}), **kw)
+    assert isinstance(rep, Replayer)  # AllReduce's trace: never the stacked nor the local replay
+    return rep
+
+
 def multi(points: list[dict], data: Data, traces: list[Trace], device: torch.device) -> float:
     """Seconds for planning and executing the K replays at once (:func:`replay_many`)."""
     models = [build_model(p).to(device) for p in points]
     _sync(device)
     t = clock()
-    reps = [Replayer(tr, m, data, Optimizer(p["optimizer"], mean_staleness(tr.inputs["staleness"])))
+    reps = [make(tr, m, data, Optimizer(p["optimizer"], mean_staleness(tr.inputs["staleness"])))
             for p, tr, m in zip(points, traces, models)]
     replay_many(reps)
     _sync(device)
@@ -243,10 +276,12 @@ def bench_model(key: str, a: argparse.Namespace, device: torch.device) -> None:
     data = data_of(m, point, device)
     n = len(data.train_y)
     lam, mu = 30, 4
-    cases = {
-        "hardsync": (hardsync_trace(lam, mu, m.hardsync_rounds, n, 0), f"loop μ={lam * mu}", 0.8),
-        "async": (async_trace(lam, mu, m.async_grads, n, 0), f"loop μ={mu}", 0.9),
-    }
+    makers = {"hardsync": lambda s: hardsync_trace(lam, mu, m.hardsync_rounds, n, s),
+              "async": lambda s: async_trace(lam, mu, m.async_grads, n, s),
+              "allreduce": lambda s: allreduce_trace(lam, mu, m.hardsync_rounds, n, s)}
+    loops = {"hardsync": (f"loop μ={lam * mu}", 0.8), "async": (f"loop μ={mu}", 0.9),
+             "allreduce": (f"loop μ={lam * mu}", 0.8)}
+    cases = {c: (makers[c](0), *loops[c]) for c in a.cases.split(",")}
     print(f"\n{m.name}: {sum(p.numel() for p in build_model(point).parameters()):,} parameters, λ={lam}, μ={mu}")
     for case, (trace, loop_name, goal) in cases.items():
         batches = loop_batches(trace, device)
@@ -273,10 +308,9 @@ def bench_model(key: str, a: argparse.Namespace, device: torch.device) -> None:
         return
     points = [point_of(m, seed) for seed in range(a.replicates)]
     print(f"  multi-replay: {a.replicates} seeds (initial weights, data order), replay_many / one by one:")
-    for case, make in (("hardsync", lambda s: hardsync_trace(lam, mu, m.hardsync_rounds, n, s)),
-                       ("async", lambda s: async_trace(lam, mu, m.async_grads, n, s))):
-        traces = [make(s) for s in range(a.replicates)]
-        probe = Replayer(traces[0], build_model(point).to(device), data, Optimizer(point["optimizer"], 0.0))
+    for case in cases:
+        traces = [makers[case](s) for s in range(a.replicates)]
+        probe = make(traces[0], build_model(point).to(device), data, Optimizer(point["optimizer"], 0.0))
         times = timed({"multi": lambda: multi(points, data, traces, device),
                        "singles": lambda: singles(points, data, traces, device)}, a.rounds)
         print(f"    {case:8s} {paired(times, 'multi', 'singles')}  "
@@ -291,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated, of {', '.join(MODELS)} "
                     f"(default {DEFAULT_MODELS})")
     ap.add_argument("--replicates", type=int, default=3, help="replays in the multi-replay batch (0: skip it)")
+    ap.add_argument("--cases", default="hardsync,async,allreduce", help="comma-separated trace kinds")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     try:
@@ -301,6 +336,9 @@ def main(argv: list[str] | None = None) -> None:
     clock = time.process_time if device.type == "cpu" else time.perf_counter
     print(f"device {device}, threads {torch.get_num_threads()}, {a.rounds} interleaved rounds, "
           f"{'CPU' if device.type == 'cpu' else 'wall'} time; paired ratios of rates, median (min–max)")
+    for case in a.cases.split(","):
+        if case not in ("hardsync", "async", "allreduce"):
+            raise SystemExit(f"unknown case {case!r}: expected hardsync, async or allreduce")
     for key in a.models.split(","):
         if key not in MODELS:
             raise SystemExit(f"unknown model {key!r}: expected one of {', '.join(MODELS)}")
