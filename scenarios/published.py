@@ -165,18 +165,20 @@ MISSING = {
          "want of a source measured apart from these rows: what TensorFlow's replicated NCCL mode overlaps with "
          "the backward pass (its NCCL stream beside the compute stream, per tensor), and the rate of the 8-GPU "
          "ring's two steps through host memory (GPU 3 to 4 and 7 to 0, zero-copy over PCIe and QPI)",
-    "E": "with TensorFlow's pieces, a piece per layer (its variables) and each piece's share of the forward "
-         "multiply-adds, every piece of the pull in flight at once and sharing the link (TensorFlow issues "
-         "each step's receives together and gRPC interleaves them) hides nearly all of the pull behind the "
-         "forward: the early convolutions, few bytes and much of the work, arrive first, and for Inception "
-         "V3 and ResNet-50 the forward starts within milliseconds. These rows are then under-predicted, "
-         "by 32-72 %: the published overhead holds a cost the bandwidth-only pieces do not charge, which we "
-         "believe is per variable (each of a step's hundreds of variables a RecvTensor call with its own "
-         "serialization and copies on the parameter server's CPU). ResNet-152 at batch 32 (E9-E12) stays "
-         "over-predicted: its 36 third-stage blocks hold most of its forward work in mid-sized variables "
-         "(0.6 M parameters per 3×3 convolution) that under equal sharing finish late in the pull, so the "
-         "forward waits; we believe TensorFlow's receives are not shared as evenly as the model assumes "
-         "(its RecvTensor calls start in an arbitrary order, not all at one instant)",
+    "E": "tf_cnn_benchmarks' distributed_replicated, the rows' mode (tf-cnn-dist-replicated), keeps a copy of every "
+         "variable on every GPU and, inside the step, variable by variable: sums its gradients on one of the "
+         "worker's GPUs, applies the sum on its parameter server, waits at a barrier across the workers, reads "
+         "the new value and assigns it to every GPU's copy; the next forward reads the local copies, so it does "
+         "not overlap the pull. tf-grpc's layerwise-shared pull (from the parameter_server mode's receives, "
+         "tf-grpc-concurrent, tictac) hides the pull behind the forward instead, nearly all of it for Inception "
+         "V3 and ResNet-50 (the early convolutions, few bytes and much of the work, arrive first): these rows "
+         "are under-predicted by 32-72 %, and ResNet-152 at batch 32 (E9-E12) stays over-predicted (most of its "
+         "forward work sits in mid-sized third-stage variables that finish late in a shared pull). What we "
+         "believe is missing: the mode's own overlap, each variable's push, apply, barrier and pull during the "
+         "rest of the backward, in backward order, the step ending with the first layer's copies (a change of "
+         "the PS engine's pull, with no constant), and a per-RPC cost of the barrier's W - 1 tokens per variable "
+         "and worker, for which no figure measured apart from the rows was found (tf-issue-6116 states "
+         "bandwidth only; TF-gRPC-Bench's and AR-gRPC's figures were not reachable; docs/hardware.md)",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
@@ -302,19 +304,22 @@ ROWS: tuple[Row, ...] = (
         mechanism="not the all-reduce: the README's results use PyTorch's native AMP (its changelog: February 2021, "
         "moved from APEX AMP to native AMP; results in the pytorch-21.03 container), which keeps float32 "
         "gradients, so DDP reduces the same 102 MB as in FP32: the unoverlapped ring over NVLink is 1.5 ms of"
-        " the 32.8 ms per iteration this row exposes (N4: 0.9 of 19.6 ms). The benchmark reads real JPEGs "
-        "(configs.yml: mode benchmark_training, unlike benchmark_training_short, sets no synthetic backend; 8"
-        " loader workers per GPU on DGX1V, 16 on DGXA100), so 8 GPUs share the node's CPUs for decoding and "
-        "augmentation where one GPU had them alone, and at AMP's 2.6-3.3 times faster compute (the README's "
-        "speedups) that node cap is what we believe binds. Missing: a node's decode and augmentation "
-        "throughput measured apart from these rows (cluster.input.samples_per_s would take it; the rows' own "
-        "8,322 and 16,621 img/s are what is predicted)"),
+        " the 32.8 ms per iteration this row exposes (N4: 0.9 of 19.6 ms). The benchmark reads real JPEGs with "
+        "PyTorch's DataLoader, not DALI (dle-rn50-loader: at the commit that published the rows configs.yml sets "
+        "data_backend pytorch and 8 loader processes per GPU on DGX-1V, 16 on DGX A100, and benchmark_training "
+        "keeps that backend): PIL decodes and torchvision crops, resizes and flips every image in the workers, so "
+        "8 GPUs' 64 processes share the node's two 20-core Xeons where one GPU had them alone, and at AMP's "
+        "2.6-3.3 times faster compute (the README's speedups) that node cap is what we believe binds. Missing: "
+        "that pipeline's rate on a DGX-1 or DGX A100 measured apart from these rows (cluster.input.samples_per_s "
+        "would take it; the rows' own 8,322 and 16,621 img/s are what is predicted); searched: "
+        "DeepLearningExamples' READMEs, NVIDIA's 'Case Study: ResNet50 with DALI', Mohan et al. (VLDB 2021), "
+        "FFCV's benchmarks, DALI, timm and PyTorch issues (docs/hardware.md)"),
     Row("N3", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, TF32, batch 256",
         "images_per_s", 7248, _dle("resnet50", 8, 256, 938, "a100"), 938),
     Row("N4", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, AMP, batch 256",
         "images_per_s", 16621, _dle("resnet50", 8, 256, 2470, "a100", "mixed"), 2470,
-        mechanism="as N2: 8 × 2,470 img/s of decoding and augmentation per node; the ring is 0.9 of the 19.6 "
-        "ms per iteration the row exposes"),
+        mechanism="as N2: 8 × 2,470 img/s of decoding and augmentation per node, by 128 loader processes (16 "
+        "per GPU); the ring is 0.9 of the 19.6 ms per iteration the row exposes"),
     Row("S1", "sgp-paper", "abstract", "SGP, 32 nodes × 8 V100, 10 GbE, 90 epochs",
         "hours", 1.6, _sgp("sgp"), 8 * 367, calibrated="TCP effective bandwidth "
         f"{SGP_BANDWIDTH * 8 / 1e9:.2f} Gbit/s, from this row", fitted=True),
