@@ -313,7 +313,8 @@ ROWS: tuple[Row, ...] = (
         "that pipeline's rate on a DGX-1 or DGX A100 measured apart from these rows (cluster.input.samples_per_s "
         "would take it; the rows' own 8,322 and 16,621 img/s are what is predicted); searched: "
         "DeepLearningExamples' READMEs, NVIDIA's 'Case Study: ResNet50 with DALI', Mohan et al. (VLDB 2021), "
-        "FFCV's benchmarks, DALI, timm and PyTorch issues (docs/hardware.md)"),
+        "FFCV's benchmarks, DALI, timm and PyTorch issues; found only other loaders' rates on a DGX-1 "
+        "(tensorpack's Python dataflow 5.6k img/s, tf.data 10k; docs/hardware.md)"),
     Row("N3", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, TF32, batch 256",
         "images_per_s", 7248, _dle("resnet50", 8, 256, 938, "a100"), 938),
     Row("N4", "nvidia-dle-rn50", "'Training performance: DGX A100'", "ResNet-50, 8 A100, AMP, batch 256",
