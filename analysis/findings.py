@@ -483,16 +483,17 @@ BANDWIDTH = "cluster.network.bandwidth_Bps"
 METHOD_KEYS = ("protocol", "protocol.compression", "protocol.local_steps", "protocol.outer_lr",
                "protocol.outer_momentum", "protocol.fragments", "protocol.powersgd_rank")
 METHOD_NAMES = {"allreduce": "AllReduce-SGD", "local_sgd": "local SGD", "diloco": "DiLoCo"}
+COMPRESSION_NAMES = {"powersgd": "PowerSGD"}  # (fp16 and bf16 are their own names)
 
 
 def method_name(c: Config) -> str:
-    """How a configuration trains and averages: ``"DiLoCo + powersgd"``, ``"AllReduce-SGD"``
+    """How a configuration trains and averages: ``"DiLoCo + PowerSGD"``, ``"AllReduce-SGD"``
     (protocol, then each swept method key that is not its default)."""
     proto = str(c.get("protocol"))
     name = METHOD_NAMES.get(proto, proto)
     comp = c.get("protocol.compression")
     if comp not in (None, "", "none"):
-        name += f" + {comp}"
+        name += f" + {COMPRESSION_NAMES.get(str(comp), comp)}"
     for key in METHOD_KEYS[2:]:
         v = c.get(key)
         if is_value(v):

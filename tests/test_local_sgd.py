@@ -125,6 +125,24 @@ def test_powersgd_at_full_rank_is_uncompressed_allreduce() -> None:
     assert torch.allclose(node0(plain), node0(psgd), atol=1e-5, rtol=0)
 
 
+def test_powersgd_compressing_at_the_gradients_rank_is_uncompressed_allreduce() -> None:
+    # truth: with 2 nodes of μ = 4 the mean gradient of the (128, 64) weight has rank ≤ 8, so P = M̄Q
+    # spans its columns and P̂P̂ᵀM̄ = M̄ (the error memory keeps each node's M_i − M̄, whose mean is 0):
+    # rank 16 sends 16·(128 + 64) elements where the matrix has 8,192, and applies the exact mean.
+    # Rank 2 (below the rank) must not, or the comparison could not fail.
+    from ddlsim.simulator.compression_bytes import powersgd_compresses
+
+    assert powersgd_compresses((128, 64), 16)
+    small = dict(cluster__learners=2, cluster__minibatch=4)
+    _, plain = replayed(point("allreduce", **small), Replayer)
+    _, exact = replayed(point("allreduce", protocol__compression="powersgd", protocol__powersgd_rank=16, **small),
+                        LocalReplayer)
+    _, low = replayed(point("allreduce", protocol__compression="powersgd", protocol__powersgd_rank=2, **small),
+                      LocalReplayer)
+    assert torch.allclose(node0(plain), node0(exact), atol=1e-5, rtol=0)
+    assert float((node0(plain) - node0(low)).abs().max()) > 1e-2
+
+
 def test_fp16_rounding_moves_the_weights_a_little() -> None:
     # truth: fp16 keeps 11 significant bits: the replay differs from float32 by rounding only
     _, plain = replayed(point("allreduce"), Replayer)

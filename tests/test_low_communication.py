@@ -87,6 +87,7 @@ def test_bundled_scenario_axes() -> None:
                     for bw in (1e6, 1e7, 1e8) for lam in (4, 8)}
     assert sorted(p["seed"] for p in points) == sorted([0, 1, 2] * 36)
     assert {p["protocol"]["local_steps"] for p in points} == {8}
+    assert {p["protocol"]["powersgd_rank"] for p in points if p["protocol"]["compression"] == "powersgd"} == {2}
 
 
 TINY = """
