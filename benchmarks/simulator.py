@@ -6,7 +6,9 @@ One run measures, in the same process and interleaved (the order rotates every r
   learner, ``env.timeout`` per phase, FIFO links and server as reservations, recording the
   same trace fields): the reference every ratio is against;
 * ddlsim's **SimPy engine** (``engine="simpy"``, the reference model);
-* ddlsim's **fast engine** (``engine="fast"``, byte-identical traces);
+* ddlsim's **fast engine** (``engine="fast"``, byte-identical traces), and the same with
+  ``keep_trace=False`` (**fast (summary)**: the summary, histogram and eval schedule only, the
+  trace's rows folded away as they are made);
 * a **minimal numba kernel** of the same model (:func:`minimal`: compute → the server's shared
   link in → its apply queue → the weights back over its link out, one heap of (time, counter)
   events, the draws made up front, no trace, no stalls, no buckets): what a compiled event
@@ -14,6 +16,8 @@ One run measures, in the same process and interleaved (the order rotates every r
 * the same kernel **writing the trace** the fast engine writes (:func:`minimal_traced`: the
   grad, apply, input and eval rows into columns allocated with their defaults): the second
   reference, which says how much of the gap is the trace, work the first reference skips.
+  The like-for-like ratios: fast / minimal+trace (both write the trace) and fast (summary) /
+  minimal (neither keeps one).
 
 Workload: async, λ = 32, μ = 4, network (50 µs, 1.25 GB/s) and server (exponential apply,
 50 µs) modelled. Printed: gradients per second of each (median of the repeats) and the
@@ -418,6 +422,7 @@ def main() -> None:
         "skeleton": skeleton,
         "simpy": lambda q: int(simulate(q, "simpy").summary["gradients"]),
         "fast": lambda q: int(simulate(q, "fast").summary["gradients"]),
+        "fast (summary)": lambda q: int(simulate(q, "fast", keep_trace=False).summary["gradients"]),
         "minimal": minimal,
         "minimal+trace": minimal_traced,
     }
@@ -430,13 +435,14 @@ def main() -> None:
     print(f"async λ=32, μ=4, network + server, {grads:,} gradients; {args.repeats} interleaved repeats "
           "(gradients per wall-clock second, this machine):")
     for name in names:
-        print(f"  {name:13s} median {statistics.median(rates[name]):>12,.0f}/s")
+        print(f"  {name:14s} median {statistics.median(rates[name]):>12,.0f}/s")
     for name in ("simpy", "fast"):
         ratio = [a / b for a, b in zip(rates[name], rates["skeleton"])]
         goal = "≥ 1.0×" if name == "simpy" else "≥ 10×"
         print(f"  {name} / skeleton: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–{max(ratio):.2f}; "
               f"goal {goal})")
-    for name, ref, what in (("fast", "minimal", "; goal ≥ 0.8×"), ("fast", "minimal+trace", ""),
+    for name, ref, what in (("fast", "minimal", "; goal ≥ 0.8×"), ("fast", "minimal+trace", ": both write the trace"),
+                            ("fast (summary)", "minimal", ": neither keeps a trace"),
                             ("minimal+trace", "minimal", ": what writing the trace costs")):
         ratio = [a / b for a, b in zip(rates[name], rates[ref])]
         print(f"  {name} / {ref}: median {statistics.median(ratio):.2f}× (range {min(ratio):.2f}–"

@@ -288,14 +288,18 @@ def _block(n: int, spec: dict[str, str]) -> dict[str, np.ndarray]:
     return {name: cols[name] for name in spec}
 
 
-def block_columns(n_ops: int, n_inputs: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def block_columns(n_ops: int, n_inputs: int, defaults: bool = True
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """:func:`.trace.blank_columns`'s columns (the same names, dtypes and defaults), each table
     one allocation: a table of separately allocated columns costs an allocation and its page
-    faults per column, about ten times the fill at 50k–500k rows (this machine)."""
+    faults per column, about ten times the fill at 50k–500k rows (this machine).
+    ``defaults=False``: every column zero (buffers of rows that never form a trace, only folded
+    by :func:`fold_rows`): no fill, so the pages no kernel writes are never touched."""
     ops = _block(n_ops, OP_COLUMNS)
-    for name in NONE_IS_MINUS_ONE:
-        ops[name].fill(-1)
-    ops["self_coef"].fill(1.0)
+    if defaults:
+        for name in NONE_IS_MINUS_ONE:
+            ops[name].fill(-1)
+        ops["self_coef"].fill(1.0)
     return ops, _block(n_inputs, INPUT_COLUMNS)
 
 
@@ -304,7 +308,17 @@ def fold_rows(hist: list[tuple[int, int]], evals: list[tuple[float, float]], ops
     """A summary-only run's first ``n_ops`` ops and ``n_in`` inputs folded away: their evals
     appended to ``evals``; the histogram with their staleness added."""
     evals.extend(eval_schedule(ops, n_ops))
-    return merge_histograms(hist, histogram(inputs["staleness"][:n_in]))
+    return merge_histograms(hist, value_counts(inputs["staleness"][:n_in]))
+
+
+def value_counts(values: np.ndarray) -> list[tuple[int, int]]:
+    """:func:`.stats.histogram` of integer ``values``: (value, count) pairs, values ascending;
+    counted in one pass (``np.bincount``) when they lie in 0 … 2¹⁶ − 1, as staleness does."""
+    if len(values) and values.min() >= 0 and values.max() < 1 << 16:
+        counts = np.bincount(values)
+        at = np.flatnonzero(counts)
+        return list(zip(at.tolist(), counts[at].tolist()))
+    return histogram(values)
 
 
 def doubled_columns(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]

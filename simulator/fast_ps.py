@@ -23,9 +23,11 @@ loop around them is a transcription of :class:`.ps.PSRun`, kept in step by the t
 Two kernels run that loop: :func:`_kernel`, every covered configuration, and
 :func:`_plain_kernel`, the configurations :func:`plain` names (one bucket, no aggregators,
 a NIC per learner, neither barrier nor staleness bound, no transient stalls: async and
-n-softsync as most scenarios run them), whose hot counters live in locals (≈ 2.2× the rate).
-Both share the state layout below and every helper (an apply's rows: :func:`_apply_rows`);
-tests/test_fast.py's grid holds both to the SimPy engine, tests/test_fast_plain.py the second.
+n-softsync as most scenarios run them), whose hot counters live in locals (≈ 2.2× the rate),
+compiled twice: with every trace row, and for a summary-only run (``_plain_summary_kernel``)
+writing only what the summary folds of them (kinds, staleness, the eval rows). All share the
+state layout below and every helper (an apply's rows: :func:`_apply_rows`); tests/test_fast.py's
+grid holds them to the SimPy engine, tests/test_fast_plain.py the plain ones.
 
 numba compiles the loop once per machine (``cache=True``: the compiled code is kept next to
 this file in ``__pycache__``; the first run of a fresh install pays ≈ 5–10 s, reported by
@@ -52,7 +54,9 @@ from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim
 from .protocols import ps as ps_rules
 from .trace import APPLY, EVAL, GRAD, Trace
 
-WORK_MARGIN = 16       # compute draws a learner gets beyond its share of the run, at the start
+WORK_SHARE = 1.05      # a learner's first compute draws: this × its share of the run, and WORK_MARGIN
+WORK_MARGIN = 16
+SUMMARY_APPLY_CHUNKS = 64  # a summary-only run's first apply draws, in chunks (then a chunk at a time)
 NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
 NEED_FLUSH = NEED_ROWS
 # event kinds
@@ -386,154 +390,170 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[ST_PEND_TAIL] += 1
 
 
-@kernel
-def _plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
-                  wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, adraw: np.ndarray,
-                  link_in: np.ndarray, link_out: np.ndarray, queue: np.ndarray, batches: np.ndarray, pend: np.ndarray,
-                  acc: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray,
-                  kind: np.ndarray, node: np.ndarray, version: np.ndarray, src_node: np.ndarray,
-                  src_version: np.ndarray, sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray,
-                  t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray,
-                  in_count: np.ndarray, in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
+def _plain_kernel_for(rows: bool) -> Any:
     """:func:`_kernel` where :func:`plain` holds (one bucket, no aggregators, a NIC per learner,
-    no barrier, no staleness bound, no transient stalls): the same events in the same order, the
-    same float operations and the same state in the same arrays and slots (either kernel may
-    resume the other's), but the counters the loop moves on every event are kept in locals and
-    written back at each return (stores to the trace columns then cannot alias them), and its
-    apply writes its rows from those locals through the inlined :func:`_apply_rows` (not
-    :func:`_apply`: its counters in ``st``, a call of seventeen arguments each event): ≈ 2.2×
-    :func:`_kernel`'s rate on benchmarks/simulator.py's async λ = 32 (docs/design-notes.md)."""
-    lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
-    S, layout, shard_len, per_epoch = ip[IP_SHARDS], ip[IP_GLOBAL_SLICE], ip[IP_SHARD_LEN], ip[IP_PER_EPOCH]
-    tx, lat, every = fp[FP_TX], fp[FP_LAT], fp[FP_EVERY]
-    issued, processed, n_acc, ops = st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS]
-    n_heap, counter, apos = st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS]
-    head, tail = st[ST_PEND_HEAD], st[ST_PEND_TAIL]
-    v_now, samples, inputs = st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS]
-    ops_base, inputs_base = st[ST_OPS_BASE], st[ST_INPUTS_BASE]
-    ops_room = kind.shape[0] + ops_base - 3       # ops beyond this: NEED_FLUSH
-    inputs_room = in_grad.shape[0] + inputs_base - c - 2
-    now_pull, compute = fst[FS_NOW], fst[FS_COMPUTE]  # (FS_END: the time of the last push, as FS_NOW)
-    status = DONE
-    ep_now = samples / N  # the epoch of the samples applied (moves at each apply)
-    hpos, tpos = head % lam, tail % lam  # the pending ring's slots of head and tail
-    while True:
-        # 1. learners released by the last event start their next minibatch (a pull each)
-        while head < tail:
-            i = pend[hpos]
-            if issued < total and wpos[i] >= wlen[i]:  # assign() would issue work: its draws first
-                st[ST_NEED] = i
-                status = NEED_WORK
+    no barrier, no staleness bound, no transient stalls), compiled for one value of ``rows``
+    (a constant there: the same loop testing a run-time flag ran at about half the rate).
+    ``rows`` false (a summary-only run): of the grad and apply rows only ``kind`` and the
+    inputs' ``staleness`` are written, what :func:`.fast_core.fold_rows` reads of them (the
+    eval rows are written whole); the other columns are left as they are."""
+
+    @kernel
+    def plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray, wdraw: np.ndarray,
+                     wpos: np.ndarray, wlen: np.ndarray, adraw: np.ndarray, link_in: np.ndarray, link_out: np.ndarray,
+                     queue: np.ndarray, batches: np.ndarray, pend: np.ndarray, acc: np.ndarray, ht: np.ndarray,
+                     hk: np.ndarray, hs: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, kind: np.ndarray,
+                     node: np.ndarray, version: np.ndarray, src_node: np.ndarray, src_version: np.ndarray,
+                     sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray, t_start: np.ndarray,
+                     t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray,
+                     in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
+        """The same events in the same order as :func:`_kernel`, the same float operations and
+        the same state in the same arrays and slots (either kernel may resume the other's), but
+        the counters the loop moves on every event are kept in locals and written back at each
+        return (stores to the trace columns then cannot alias them), and its apply writes its
+        rows from those locals through the inlined :func:`_apply_rows` (not :func:`_apply`: its
+        counters in ``st``, a call of seventeen arguments each event)."""
+        lam, mu, N, total, c = ip[IP_LAM], ip[IP_MU], ip[IP_N], ip[IP_TOTAL], ip[IP_C]
+        S, layout, shard_len, per_epoch = ip[IP_SHARDS], ip[IP_GLOBAL_SLICE], ip[IP_SHARD_LEN], ip[IP_PER_EPOCH]
+        tx, lat, every = fp[FP_TX], fp[FP_LAT], fp[FP_EVERY]
+        issued, processed, n_acc, ops = st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS]
+        n_heap, counter, apos = st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS]
+        head, tail = st[ST_PEND_HEAD], st[ST_PEND_TAIL]
+        v_now, samples, inputs, last_kind = st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS], st[ST_LAST_KIND]
+        ops_base, inputs_base = st[ST_OPS_BASE], st[ST_INPUTS_BASE]
+        ops_room = kind.shape[0] + ops_base - 3       # ops beyond this: NEED_FLUSH
+        inputs_room = in_grad.shape[0] + inputs_base - c - 2
+        apply_room = adraw.shape[0] - S               # apply draws beyond this: NEED_APPLY
+        now_pull, compute = fst[FS_NOW], fst[FS_COMPUTE]  # (FS_END: the time of the last push, as FS_NOW)
+        status = DONE
+        ep_now = samples / N  # the epoch of the samples applied (moves at each apply)
+        hpos, tpos = head % lam, tail % lam  # the pending ring's slots of head and tail
+        while True:
+            # 1. learners released by the last event start their next minibatch (a pull each)
+            while head < tail:
+                i = pend[hpos]
+                if issued < total and wpos[i] >= wlen[i]:  # assign() would issue work: its draws first
+                    st[ST_NEED] = i
+                    status = NEED_WORK
+                    break
+                head += 1
+                hpos += 1
+                if hpos == lam:
+                    hpos = 0
+                done = 0.0
+                for s in range(S):
+                    e = reserve(link_out, s, now_pull, tx)
+                    if s == 0 or e > done:
+                        done = e
+                t = done + lat
+                if issued >= total:
+                    continue
+                issued += 1
+                k = batches[i]
+                batches[i] = k + 1
+                work = wdraw[i, wpos[i]]
+                wpos[i] += 1
+                compute += work
+                delay = t + work - now_pull
+                if delay < 0.0:
+                    delay = 0.0
+                ev_i[i, 0] = SEND
+                ev_i[i, 1] = v_now
+                ev_i[i, 2] = k
+                ev_f[i] = t
+                n_heap = heap_push(ht, hk, hs, n_heap, now_pull + delay, counter, i)
+                counter += 1
+            if status != DONE:
                 break
-            head += 1
-            hpos += 1
-            if hpos == lam:
-                hpos = 0
-            done = 0.0  # _pull: the weights leave every shard's NIC out, then travel
-            for s in range(S):
-                e = reserve(link_out, s, now_pull, tx)
-                if s == 0 or e > done:
-                    done = e
-            t = done + lat
-            if issued >= total:
+            # 2. the next event (room for it, and for the caller's final apply and eval, first)
+            if ops > ops_room or inputs > inputs_room:
+                status = NEED_FLUSH
+                break
+            if n_heap == 0:
+                break
+            i = hs[0]
+            what = ev_i[i, 0]
+            if apos > apply_room and what == SEND:  # the send draws its applies
+                status = NEED_APPLY
+                break
+            now = ht[0]
+            n_heap = heap_pop(ht, hk, hs, n_heap)
+            j = ev_i[i, 1]
+            if what == SEND:
+                k = ev_i[i, 2]
+                r = ops - ops_base
+                kind[r] = GRAD
+                if rows:
+                    if layout == 1:
+                        start = slice_start(k, i, lam, mu)
+                    else:
+                        start = shard_start(k, i, mu, N, shard_len, per_epoch)
+                    node[r] = i
+                    src_node[r] = 0
+                    src_version[r] = j
+                    sample_start[r] = start
+                    batch_size[r] = mu
+                    batch_index[r] = k
+                    t_start[r] = ev_f[i]
+                    t_end[r] = now
+                    epoch[r] = ep_now
+                n = ops
+                ops += 1
+                last_kind = GRAD
+                done = 0.0  # _push
+                for s in range(S):
+                    arrive = reserve(link_in, s, now, tx) + lat
+                    e = reserve(queue, s, arrive, adraw[apos])
+                    apos += 1
+                    if s == 0 or e > done:
+                        done = e
+                delay = done - now
+                if delay < 0.0:
+                    delay = 0.0
+                ev_i[i, 0] = PROCESSED
+                ev_i[i, 3] = n
+                n_heap = heap_push(ht, hk, hs, n_heap, now + delay, counter, i)
+                counter += 1
                 continue
-            issued += 1
-            k = batches[i]
-            batches[i] = k + 1
-            work = wdraw[i, wpos[i]]
-            wpos[i] += 1
-            compute += work
-            delay = t + work - now_pull  # _started, with finish_work's stall-free end
-            if delay < 0.0:
-                delay = 0.0
-            ev_i[i, 0] = SEND
-            ev_i[i, 1] = v_now
-            ev_i[i, 2] = k
-            ev_f[i] = t
-            n_heap = heap_push(ht, hk, hs, n_heap, now_pull + delay, counter, i)
-            counter += 1
-        if status != DONE:
-            break
-        # 2. the next event (room for it, and for the caller's final apply and eval, first)
-        if ops > ops_room or inputs > inputs_room:
-            status = NEED_FLUSH
-            break
-        if n_heap == 0:
-            break
-        i = hs[0]
-        if adraw.shape[0] - apos < S and ev_i[i, 0] == SEND:  # the send draws its applies
-            status = NEED_APPLY
-            break
-        now = ht[0]
-        n_heap = heap_pop(ht, hk, hs, n_heap)
-        j = ev_i[i, 1]
-        if ev_i[i, 0] == SEND:
-            k = ev_i[i, 2]
-            if layout == 1:
-                start = slice_start(k, i, lam, mu)
-            else:
-                start = shard_start(k, i, mu, N, shard_len, per_epoch)
-            r = ops - ops_base
-            kind[r] = GRAD
-            node[r] = i
-            src_node[r] = 0
-            src_version[r] = j
-            sample_start[r] = start
-            batch_size[r] = mu
-            batch_index[r] = k
-            t_start[r] = ev_f[i]
-            t_end[r] = now
-            epoch[r] = ep_now
-            n = ops
-            ops += 1
-            st[ST_LAST_KIND] = GRAD
-            done = 0.0  # _push
-            for s in range(S):
-                arrive = reserve(link_in, s, now, tx) + lat
-                e = reserve(queue, s, arrive, adraw[apos])
-                apos += 1
-                if s == 0 or e > done:
-                    done = e
-            delay = done - now
-            if delay < 0.0:
-                delay = 0.0
-            ev_i[i, 0] = PROCESSED
-            ev_i[i, 3] = n
-            n_heap = heap_push(ht, hk, hs, n_heap, now + delay, counter, i)
-            counter += 1
-            continue
-        # PROCESSED: the core's push
-        now_pull = now
-        acc[n_acc, 0] = ev_i[i, 3]
-        acc[n_acc, 1] = j
-        acc[n_acc, 2] = mu
-        n_acc += 1
-        processed += 1
-        if _update_due(n_acc, c, processed, total):  # _apply, on the locals
-            samples, ep = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs, inputs - inputs_base, now, N,
-                                      kind, node, version, t_start, t_end, epoch, in_start, in_count, in_grad,
-                                      in_weight, in_stale)
-            ep_now = ep
-            inputs += n_acc
-            ops += 1
-            st[ST_LAST_KIND] = APPLY
-            v_now += 1
-            n_acc = 0
-            if cadence_due(fst, FS_NEXT_EVAL, every, samples, math.inf):  # EvalCadence.due
-                st[ST_OPS] = ops
-                _eval(st, v_now, now, ep, kind, node, version, t_start, t_end, epoch)
-                ops = st[ST_OPS]
-        pend[tpos] = i  # who pulls next
-        tail += 1
-        tpos += 1
-        if tpos == lam:
-            tpos = 0
-    st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS] = issued, processed, n_acc, ops
-    st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS] = v_now, samples, inputs
-    st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS] = n_heap, counter, apos
-    st[ST_PEND_HEAD], st[ST_PEND_TAIL] = head, tail
-    fst[FS_NOW], fst[FS_END], fst[FS_COMPUTE] = now_pull, now_pull, compute
-    return status
+            # PROCESSED: the core's push
+            now_pull = now
+            acc[n_acc, 0] = ev_i[i, 3]
+            acc[n_acc, 1] = j
+            acc[n_acc, 2] = mu
+            n_acc += 1
+            processed += 1
+            if _update_due(n_acc, c, processed, total):  # _apply, on the locals
+                samples, ep = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs, inputs - inputs_base,
+                                          now, N, rows, kind, node, version, t_start, t_end, epoch, in_start,
+                                          in_count, in_grad, in_weight, in_stale)
+                ep_now = ep
+                inputs += n_acc
+                ops += 1
+                last_kind = APPLY
+                v_now += 1
+                n_acc = 0
+                if cadence_due(fst, FS_NEXT_EVAL, every, samples, math.inf):  # EvalCadence.due
+                    st[ST_OPS] = ops
+                    _eval(st, v_now, now, ep, kind, node, version, t_start, t_end, epoch)
+                    ops = st[ST_OPS]
+                    last_kind = EVAL
+            pend[tpos] = i  # who pulls next
+            tail += 1
+            tpos += 1
+            if tpos == lam:
+                tpos = 0
+        st[ST_ISSUED], st[ST_PROCESSED], st[ST_ACC], st[ST_OPS] = issued, processed, n_acc, ops
+        st[ST_VERSION], st[ST_SAMPLES], st[ST_INPUTS], st[ST_LAST_KIND] = v_now, samples, inputs, last_kind
+        st[ST_HEAP], st[ST_COUNTER], st[ST_APPLY_POS] = n_heap, counter, apos
+        st[ST_PEND_HEAD], st[ST_PEND_TAIL] = head, tail
+        fst[FS_NOW], fst[FS_END], fst[FS_COMPUTE] = now_pull, now_pull, compute
+        return status
+
+    return plain_kernel
+
+
+_plain_kernel = _plain_kernel_for(True)
+_plain_summary_kernel = _plain_kernel_for(False)
 
 
 @kernel
@@ -693,13 +713,13 @@ def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray,
 
 @kernel(inline=True)
 def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: int, b: int, t: float, N: int,
-                kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
-                epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
+                rows: int, kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray,
+                t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
                 in_weight: np.ndarray, in_stale: np.ndarray) -> tuple[int, float]:
     """PSCore._apply's rows: the ``n`` pending gradients ``acc[:n]`` (grad op, version read,
     samples) become version v + 1 at ``t`` (weights 1/n): the apply op at buffer row ``row``,
-    its inputs from input ``base`` (buffer row ``b``). Returns the samples applied after it
-    (``samples`` before) and its epoch."""
+    its inputs from input ``base`` (buffer row ``b``); ``rows`` = 0: only their ``kind`` and
+    ``staleness``. Returns the samples applied after it (``samples`` before) and its epoch."""
     if n == 1:
         samples += acc[0, 2]
     else:
@@ -709,18 +729,22 @@ def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: i
         samples += total
     ep = samples / N
     kind[row] = APPLY
-    node[row] = 0
-    version[row] = v
-    in_start[row] = base
-    in_count[row] = n
-    t_start[row] = t
-    t_end[row] = t
-    epoch[row] = ep
-    w = 1.0 if n == 1 else _group_weight(n)
-    for x in range(n):
-        in_grad[b + x] = acc[x, 0]
-        in_stale[b + x] = v - acc[x, 1]
-        in_weight[b + x] = w
+    if rows:
+        node[row] = 0
+        version[row] = v
+        in_start[row] = base
+        in_count[row] = n
+        t_start[row] = t
+        t_end[row] = t
+        epoch[row] = ep
+        w = 1.0 if n == 1 else _group_weight(n)
+        for x in range(n):
+            in_grad[b + x] = acc[x, 0]
+            in_stale[b + x] = v - acc[x, 1]
+            in_weight[b + x] = w
+    else:
+        for x in range(n):
+            in_stale[b + x] = v - acc[x, 1]
     return samples, ep
 
 
@@ -734,8 +758,8 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
     v = st[ST_VERSION]
     base = st[ST_INPUTS]
     samples, ep = _apply_rows(acc, n, v, st[ST_SAMPLES], st[ST_OPS] - st[ST_OPS_BASE], base, base - st[ST_INPUTS_BASE],
-                              t, ip[IP_N], kind, node, version, t_start, t_end, epoch, in_start, in_count, in_grad,
-                              in_weight, in_stale)
+                              t, ip[IP_N], 1, kind, node, version, t_start, t_end, epoch, in_start, in_count,
+                              in_grad, in_weight, in_stale)
     st[ST_SAMPLES] = samples
     st[ST_INPUTS] = base + n
     st[ST_OPS] += 1
@@ -797,14 +821,15 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     # each learner's compute draws: its share of the run and a margin (a luckier learner asks for
     # more, NEED_WORK, a chunk at a time); the same values however they are cut (NumPy fills
     # arrays sequentially), so set-up grows with the run's draws, not with λ × CHUNK
-    per = min(math.ceil(1.25 * total / lam) + WORK_MARGIN, 4 * CHUNK)
+    per = min(math.ceil(WORK_SHARE * total / lam) + WORK_MARGIN, 4 * CHUNK)
     work = Buffers(lam, per)
     for i, clock in enumerate(clocks):
         work.grow_row(i, np.asarray(clock.draws._fn(per), dtype=np.float64))
     stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
     chunks = max(1, math.ceil(S * total / CHUNK))
     # the apply draws as one call (the same values as chunk by chunk: NumPy fills arrays sequentially)
-    adraw = np.asarray(apply_stream._fn(CHUNK * (chunks if keep_trace else min(chunks, 4))), dtype=np.float64)
+    adraw = np.asarray(apply_stream._fn(CHUNK * (chunks if keep_trace else min(chunks, SUMMARY_APPLY_CHUNKS))),
+                       dtype=np.float64)
 
     cad = EvalCadence(N, wl["evals_per_epoch"])
     shards = ShardLayout(lam, mu, N)  # the data order's layout (its shard and minibatches per shard)
@@ -826,7 +851,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
         max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)
-    ops, inputs = block_columns(max_ops, n_inputs)
+    ops, inputs = block_columns(max_ops, n_inputs, keep_trace)  # (no trace: no defaults needed)
     hist: list[tuple[int, int]] = []
     evals: list[tuple[float, float]] = []
 
@@ -867,8 +892,9 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     is_plain = plain(B, grp, g, core.bound, core.barrier, stall)
     while True:
         if is_plain:
-            status = _plain_kernel(ip, fp, st, fst, work.data, work.pos, work.len, adraw, link_in, link_out, queue,
-                                   batches, pend, acc, ht, hk, hs, ev_i, ev_f, *cols)
+            status = (_plain_kernel if keep_trace else _plain_summary_kernel)(
+                ip, fp, st, fst, work.data, work.pos, work.len, adraw, link_in, link_out, queue, batches, pend, acc,
+                ht, hk, hs, ev_i, ev_f, *cols)
         else:
             status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                              stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,

@@ -1,5 +1,6 @@
-"""The fast engine's plain kernel (``fast_ps._plain_kernel``: async and n-softsync with one
-bucket, no aggregators, a NIC per learner, no transient stalls) against the SimPy engine:
+"""The fast engine's plain kernels (``fast_ps._plain_kernel``, and ``_plain_summary_kernel`` for a
+summary-only run: async and n-softsync with one bucket, no aggregators, a NIC per learner, no
+transient stalls) against the SimPy engine:
 byte-identical traces and equal summaries on a property-based grid of the points it runs,
 and across each of its stops (draw refills, buffer flushes)."""
 
@@ -19,14 +20,17 @@ from tests.test_fast import scenario
 
 
 def plain_run(p: dict, keep_trace: bool = True) -> tuple:
-    """The fast engine's result on ``p`` and the statuses its plain kernel returned (none: it did not run)."""
-    kernel, seen = fast_ps._plain_kernel, []
+    """The fast engine's result on ``p`` and the statuses its plain kernels returned (none: they did not run)."""
+    seen: list[int] = []
 
-    def noting(*args):
-        seen.append(kernel(*args))
-        return seen[-1]
+    def noting(kernel):
+        def run(*args):
+            seen.append(kernel(*args))
+            return seen[-1]
+        return run
 
-    with patch.object(fast_ps, "_plain_kernel", noting):
+    with (patch.object(fast_ps, "_plain_kernel", noting(fast_ps._plain_kernel)),
+          patch.object(fast_ps, "_plain_summary_kernel", noting(fast_ps._plain_summary_kernel))):
         return simulate(p, "fast", keep_trace), seen
 
 
@@ -56,13 +60,15 @@ def test_the_plain_kernel_is_byte_identical_to_simpy(protocol, learners, n_frac,
 def test_the_plain_kernel_resumes_after_each_refill() -> None:
     # a learner far luckier than its share (a persistent 20× straggler beside it) outruns its
     # first compute draws (NEED_WORK), and a summary-only run of more applies than its first
-    # apply draws asks for more (NEED_APPLY): the kernel stops, is refilled, resumes as one run would
+    # apply draws (here one chunk) asks for more (NEED_APPLY): the kernel stops, is refilled,
+    # resumes as one run would
     p = make_point(protocol__name="async", cluster__learners=2, workload__epochs=6, cluster__minibatch=1,
                    cluster__stragglers__fraction=0.5, cluster__stragglers__slowdown=20.0, cluster__server__shards=2)
     ref = simulate(p, "simpy")
     fast, seen = plain_run(p)
     assert fast_ps.NEED_WORK in seen and T.encode(fast.trace) == T.encode(ref.trace)
-    lean, seen = plain_run(p, keep_trace=False)
+    with patch.object(fast_ps, "SUMMARY_APPLY_CHUNKS", 1):
+        lean, seen = plain_run(p, keep_trace=False)
     assert {fast_ps.NEED_WORK, fast_ps.NEED_APPLY} <= set(seen)
     assert lean.summary == ref.summary and lean.histogram == ref.histogram and lean.evals == ref.evals
 
