@@ -363,6 +363,16 @@ def test_mulambda_finding_needs_every_seed_and_no_u():
     assert minibatch_finding(bad, 360) is None
     # hardsync's rows never make it
     assert minibatch_finding([dict(r, protocol="hardsync") for r in soft(lambda t, s: t / 10_000)], 360) is None
+    # a U in one seed of three is enough not to say it: the finding must hold in every replicate
+    one_u = soft(lambda t, s: 0.02 + (((7 - math.log2(t)) / 50 if t < 128 else (math.log2(t) - 7) / 25) if s == 0
+                                      else t / 10_000))
+    assert minibatch_finding(one_u, 360) is None
+    # what μλ does not explain is said: λ = 16, μ = 32 one point above λ = 4, μ = 128 (both μλ = 512) in seed 1
+    apart = soft(lambda t, s: 0.02 + t / 10_000)
+    for r in apart:
+        if (r["learners"], r["minibatch"], r["seed"]) == (16, 32, 1):
+            r["final_test_error"] += 0.01
+    assert "within a diagonal up to 1.0 points apart, μλ = 512 in seed 1" in minibatch_finding(apart, 360)
 
 
 def test_not_learned_counts_configurations_in_all_and_some_seeds():
