@@ -347,6 +347,11 @@ def _check_point(path: str, point: dict[str, Any], label: str, explicit: frozens
     if pull != "whole" and spec_of(point).family != "ps":
         raise ScenarioError(f"{path}: key 'cluster.server.pull' = {pull!r}{label}: protocol {proto['name']!r} has "
                             "no parameter server to pull from")
+    if pull == "replicated" and (proto["name"] != "hardsync" or point["cluster"]["server"]["group_size"] > 1):
+        what = f"protocol.name = {proto['name']!r}" if proto["name"] != "hardsync" else "cluster.server.group_size > 1"
+        via = "" if "cluster.server.pull" in explicit else f" (set by protocol.library {proto.get('library')!r})"
+        raise ScenarioError(f"{path}: key 'cluster.server.pull' = 'replicated'{via}{label}: a synchronous step with "
+                            f"a barrier per piece; needs protocol.name = 'hardsync' without aggregators, not {what}")
     if proto["name"] == "dpsgd" and proto["overlap"] > 1:
         raise ScenarioError(f"{path}: key 'protocol.overlap' = {proto['overlap']}{label}: dpsgd takes 0 (exchange "
                             "after the step, blocking) or 1 (exchange while computing)")

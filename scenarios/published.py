@@ -120,7 +120,7 @@ def _tf_dgx(model: str, gpus: int, batch: int, single: float) -> dict[str, Any]:
 def _tf_ec2(model: str, gpus: int, batch: int, single: float, ps: int) -> dict[str, Any]:
     """tf_cnn_benchmarks on p2.8xlarge (8 K80 on PCIe, 10 GbE): distributed_replicated: the GPUs of a
     machine aggregate, then push to ``ps`` parameter servers run on the worker machines (gRPC)."""
-    return _keys(model, gpus, 8, batch, single, gpu="k80", preset="10gbe-tcp", library="tf-grpc",
+    return _keys(model, gpus, 8, batch, single, gpu="k80", preset="10gbe-tcp", library="tf-distributed-replicated",
                  protocol="hardsync", cluster__server__aggregation="machine",
                  cluster__server__placement="colocated", cluster__server__shards=ps)
 
@@ -165,20 +165,18 @@ MISSING = {
          "want of a source measured apart from these rows: what TensorFlow's replicated NCCL mode overlaps with "
          "the backward pass (its NCCL stream beside the compute stream, per tensor), and the rate of the 8-GPU "
          "ring's two steps through host memory (GPU 3 to 4 and 7 to 0, zero-copy over PCIe and QPI)",
-    "E": "tf_cnn_benchmarks' distributed_replicated, the rows' mode (tf-cnn-dist-replicated), keeps a copy of every "
-         "variable on every GPU and, inside the step, variable by variable: sums its gradients on one of the "
-         "worker's GPUs, applies the sum on its parameter server, waits at a barrier across the workers, reads "
-         "the new value and assigns it to every GPU's copy; the next forward reads the local copies, so it does "
-         "not overlap the pull. tf-grpc's layerwise-shared pull (from the parameter_server mode's receives, "
-         "tf-grpc-concurrent, tictac) hides the pull behind the forward instead, nearly all of it for Inception "
-         "V3 and ResNet-50 (the early convolutions, few bytes and much of the work, arrive first): these rows "
-         "are under-predicted by 32-72 %, and ResNet-152 at batch 32 (E9-E12) stays over-predicted (most of its "
-         "forward work sits in mid-sized third-stage variables that finish late in a shared pull). What we "
-         "believe is missing: the mode's own overlap, each variable's push, apply, barrier and pull during the "
-         "rest of the backward, in backward order, the step ending with the first layer's copies (a change of "
-         "the PS engine's pull, with no constant), and a per-RPC cost of the barrier's W - 1 tokens per variable "
-         "and worker, for which no figure measured apart from the rows was found (tf-issue-6116 states "
-         "bandwidth only; TF-gRPC-Bench's and AR-gRPC's figures were not reachable; docs/hardware.md)",
+    "E": "under-predicted: the rows' mode, tf_cnn_benchmarks' distributed_replicated (tf-cnn-dist-replicated), is "
+         "modelled as it is written (the replicated pull): each variable pushed as the backward produces it, applied, "
+         "past a barrier across the workers and read back during the rest of the backward, the next forward after the "
+         "first layer's copies. The push and pull then hide behind the backward, and what is left exposed is the "
+         "in-machine reduce and the first layers' round trip, while the rows expose more, and more with more machines "
+         "(ResNet-50, E5-E8: 0.13 s per iteration on one machine, 0.27 s on eight). What we believe is missing: a "
+         "fixed cost per variable, paid for each of the model's variables (the RecvTensor call, the barrier's W - 1 "
+         "queue tokens per variable and worker, the copies between a worker's GPUs and its CPU), for which no "
+         "figure measured apart from the rows was found (tf-issue-6116 states bandwidth only; TF-gRPC-Bench's and "
+         "AR-gRPC's figures were not reachable; docs/hardware.md), and whether a machine's push and pull through "
+         "the RPC stack reach its 800 MB/s at once (tf-issue-6116 measures one transfer; the model gives each "
+         "direction a link of its own)",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",
@@ -482,19 +480,24 @@ RULE = [
 
 
 def pull_order_line(results: list[Result]) -> str:
-    """The tf-grpc rows' median overhead error with the preset's shared pull and, re-simulated, with
-    forward order (TicTac's enforced order) and with one transfer after another in random order."""
-    ps = [r for r in results if r.row.keys.get("protocol.library") == "tf-grpc" and not r.row.fitted]
+    """The distributed_replicated rows' median overhead error with the preset's replicated pull and,
+    re-simulated, with the parameter_server mode's pulls, which overlap the forward: shared (tf-grpc's),
+    in forward order (TicTac's enforced order) and one transfer after another in random order."""
+    ps = [r for r in results if r.row.keys.get("protocol.library") == "tf-distributed-replicated"
+          and not r.row.fitted]
     if not ps:
         return ""
+    shared = [predict(r.row, {"cluster.server.pull": "layerwise-shared"}) for r in ps]
     forward = [predict(r.row, {"cluster.server.pull": "layerwise"}) for r in ps]
     random = [predict(r.row, {"cluster.server.pull": "layerwise-random"}) for r in ps]
 
     def med(rs: list[Result]) -> float:
         return statistics.median(e for r in rs if (e := r.overhead_error(r.sec_per_iter)) is not None)
-    return (f"The {len(ps)} parameter-server rows' median overhead error: {med(ps):+.0%} with the transfers "
-            f"sharing the link (the preset), {med(forward):+.0%} in forward order, {med(random):+.0%} one "
-            f"after another in random order ({RANDOM_PULL_ITERATIONS} iterations, a mean over orders).")
+    return (f"The {len(ps)} parameter-server rows' median overhead error: {med(ps):+.0%} with the replicated "
+            f"pull (the preset); with the parameter_server mode's pulls instead, overlapping the forward: "
+            f"{med(shared):+.0%} with the transfers sharing the link (tf-grpc's), {med(forward):+.0%} in forward "
+            f"order, {med(random):+.0%} one after another in random order ({RANDOM_PULL_ITERATIONS} iterations, a "
+            "mean over orders).")
 
 
 def note(results: list[Result]) -> str:
@@ -568,16 +571,17 @@ def note(results: list[Result]) -> str:
               "(both from the DDP benchmark's 1-GPU lines, not from its rows); Horovod's negotiation cycle;",
               "the gRPC stack's effective bandwidth. The parameter-server rows add the in-machine",
               "aggregation (`cluster.server.aggregation = \"machine\"`), shards on the worker machines",
-              "(`cluster.server.placement = \"colocated\"`) and, from `tf-grpc`, the layer-wise pull",
-              "(`cluster.server.pull = \"layerwise\"`: the weights arrive in pieces in forward order, a",
-              "piece per layer of the model (its weight, bias and batch-norm vectors), and each piece's share",
-              "of the forward pass, (1 − `backward_fraction`) = 1/3 of the compute spread over the layers'",
-              "forward multiply-adds, starts once the piece has arrived; concurrent pulls from one shard take",
-              "turns piece by piece, as TCP shares a NIC; TicTac (MLSys 2019) describes the overlap, and",
-              "forward order is its enforced order, the best case; TensorFlow 1.x enforced none: it issues",
-              "every variable's receive at a step's start and gRPC interleaves the calls frame by frame,",
-              "so `tf-grpc` sets `\"layerwise-shared\"`: every piece of the machines released together is",
-              "in flight at once and those in flight share each link equally, the smaller finishing first),",
+              "(`cluster.server.placement = \"colocated\"`) and, from `tf-distributed-replicated` (the rows'",
+              "`variable_update`), the replicated pull (`cluster.server.pull = \"replicated\"`: every GPU keeps",
+              "a copy of the weights, so the gradient goes out piece by piece in backward order as backward",
+              "produces it, a piece per layer of the model (its weight, bias and batch-norm vectors), each",
+              "ready when backward has done its layers' multiply-adds; a piece is pulled back to every",
+              "machine once every machine's push of it has been applied (tf_cnn_benchmarks' barrier per",
+              "variable), its transfers sharing the server's NIC (gRPC, tf-grpc-concurrent), and the next",
+              "forward starts when the last piece, the first layer, has arrived; `tf-grpc`, the",
+              "`parameter_server` mode, has the layer-wise pull instead, overlapping the forward: every",
+              "variable's receive issued at a step's start, those in flight sharing each link equally",
+              "(`\"layerwise-shared\"`; TicTac, MLSys 2019, describes the overlap, forward order its best case)),",
               "each message's copy between GPU and host memory at the node's PCIe bandwidth before the wire",
               "(TensorFlow's RecvTensor fills a host proto from GPU memory first), and the parameter servers'",
               "apply on the CPU (plain SGD, tf_cnn_benchmarks' default: 12 bytes read and written per",

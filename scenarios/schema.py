@@ -220,8 +220,12 @@ FIELDS: tuple[Field, ...] = (
        "(TensorFlow 1.x leaves its transfers unordered); layerwise-shared: layerwise, every piece's transfer "
        "starting at once and the pieces in flight sharing each link equally, so the smaller finish first "
        "(TensorFlow issues every variable's receive at once, gRPC interleaves concurrent calls; SimPy engine only; "
-       "docs/scenarios.md).",
-       choices=("whole", "layerwise", "layerwise-random", "layerwise-shared")),
+       "docs/scenarios.md); replicated (hardsync only; SimPy engine only): TensorFlow's distributed_replicated, "
+       "the learners keep local copies: the gradient is pushed piece by piece in backward order as backward "
+       "produces it (the layerwise pieces, each ready when backward has done its layers), each piece pulled "
+       "back to every learner once every learner's push of it has been applied (a barrier per piece), its "
+       "transfers sharing each link, and the next forward starts when the last piece has arrived.",
+       choices=("whole", "layerwise", "layerwise-random", "layerwise-shared", "replicated")),
     _s("cluster.server.placement", "dedicated", "colocated: the parameter-server shards run on the worker machines "
        "and share their NICs (docs/scenarios.md).", choices=("dedicated", "colocated")),
     _f("cluster.input.samples_per_s", None, "Input pipeline of a node (decode and augmentation shared by its GPUs): "

@@ -41,6 +41,19 @@ frame by frame, docs/hardware.md): a batch of pieces of ``d_1 ≤ … ≤ d_m`` 
 (:func:`processor_sharing_ends`), and the link is busy for their sum, FIFO behind earlier traffic.
 The batch is every piece of the learners released together, on each link it crosses (the servers'
 NICs out, a shared node's NIC in); a piece arrives when its last link has carried it, plus the latency.
+
+Replicated pull (``pull = "replicated"``, hardsync only: tf_cnn_benchmarks' ``distributed_replicated``,
+where every GPU keeps a copy of every variable and the step pushes, applies, waits at a barrier and
+reads back each variable as soon as its gradient exists). The pieces are the layer-wise pull's; the
+gradient is pushed piece by piece in backward order, piece b (forward order) ready when backward has
+done the layers from the last down to b: at ``F + B · (1 − C_{b−1})`` of the work (``B`` the
+backward share, ``C_{b−1}`` as above: the forward multiply-adds of the pieces before b, bytes for
+chunks). Piece b's pull leaves when every learner's push of it has been applied on every shard (the
+barrier per variable), to every learner at once, the transfers of one piece sharing each link equally
+as the shared pull's do (the workers' RecvTensor calls of one variable, each on its own connection,
+share the server's NIC: tf-grpc-concurrent), pieces after one another in the order of their barriers,
+FIFO behind earlier traffic. The next forward reads the local copies, so it starts when the learner's
+last piece has arrived (no overlap with the forward); the first pull, at time 0, sends every piece.
 """
 
 from __future__ import annotations
@@ -143,6 +156,16 @@ class PSRun:
         self.forward_fraction = 1.0 - cl["compute"]["backward_fraction"]
         # (share of the bytes, forward share of the pieces before it), forward order; [] for one piece
         self.pull_pieces = pull_pieces(point, nbytes) if pull != "whole" else []
+        # replicated: the pushes are the pull's pieces in backward order (module doc); with one piece
+        # the mode is the whole pull
+        self.replicated = pull == "replicated" and len(self.pull_pieces) > 1
+        if self.replicated:
+            backward = self.pull_pieces[::-1]
+            bf = cl["compute"]["backward_fraction"]
+            self.produced = [(1.0 - bf) + bf * (1.0 - before) for _, before in backward[:-1]]
+            self.bucket_share = [share for share, _ in backward]
+        # replicated: when every learner's push of each piece (forward order) has been applied, this round
+        self.piece_barrier = [0.0] * len(self.pull_pieces)
         self.bucket_done = [0.0] * lam   # latest processing end of a learner's buckets so far
         self.bucket_apply: list[list[float]] = [[] for _ in range(lam)]  # its apply draws, per shard
         self.link_in = [FifoServer(f"server{s}.in") for s in range(self.S)]
@@ -184,6 +207,8 @@ class PSRun:
         """Layer-wise pull: each learner's k-th piece (forward order, or its own random order) to each
         of ``learners`` in turn, over the server's NICs out (and the node's NIC in); when each piece,
         indexed in forward order, reaches each learner."""
+        if self.replicated:
+            return self._replicated_pieces(learners)
         if self.shared_pull:
             return self._share_pieces(learners, now)
         n = len(self.pull_pieces)
@@ -228,6 +253,31 @@ class PSRun:
                         arrive[b] = e
         return out
 
+    def _replicated_pieces(self, learners: list[int]) -> dict[int, list[float]]:
+        """Replicated pull: each piece to every one of ``learners`` from its barrier on (when every
+        learner's push of it has been applied), the pieces in the order of their barriers; on each link
+        a piece's m equal transfers share it, so all end together m transfer times after the link is
+        free, as the shared pull's processor sharing ends equal transfers (module doc); when each piece,
+        indexed in forward order, reaches each learner. Starts the next round's barriers."""
+        n = len(self.pull_pieces)
+        out: dict[int, list[float]] = {i: [0.0] * n for i in learners}
+        batches = [(link, self.tx, learners) for link in self.link_out]
+        if self.g > 1:
+            nodes: dict[int, list[int]] = {}
+            for i in learners:
+                nodes.setdefault(i // self.g, []).append(i)
+            batches += [(self.node_in[node], self.node_tx, members) for node, members in nodes.items()]
+        barrier = self.piece_barrier
+        for b in sorted(range(n), key=lambda b: (barrier[b], b)):
+            share = self.pull_pieces[b][0]
+            for link, tx, members in batches:
+                e = link.reserve(barrier[b], len(members) * tx * share) + self.lat
+                for i in members:
+                    if e > out[i][b]:
+                        out[i][b] = e
+        self.piece_barrier = [0.0] * n
+        return out
+
     def _pull(self, i: int, now: float, arrivals: list[float] | None = None) -> None:
         """Learner ``i`` receives the current weights (sent ``now``) and starts computing.
 
@@ -242,7 +292,7 @@ class PSRun:
         if self.pull_pieces:
             if arrivals is None:
                 arrivals = self._reserve_pieces([i], now)[i]
-            t = arrivals[-1]
+            t = max(arrivals) if self.replicated else arrivals[-1]
         elif self.one_link:
             t = self.link_out[0].reserve(now, self.tx) + self.lat
         else:
@@ -262,7 +312,7 @@ class PSRun:
         clock = self.clocks[i]
         work = clock.draws.next()
         self.compute_s += work
-        if arrivals is not None:
+        if arrivals is not None and not self.replicated:
             t = self._forward_start(arrivals, work)
         if self.produced:  # backward produces the buckets one by one: each is pushed when ready
             marks = clock.finish_many(t, [work * f for f in self.produced] + [work])
@@ -298,7 +348,7 @@ class PSRun:
     def _bucket(self, ev: Wake) -> None:
         i, b, now = ev.payload
         share = self.bucket_share[b]
-        self._deliver(now, i, share, [a * share for a in self.bucket_apply[i]], None)
+        self._deliver(now, i, b, share, [a * share for a in self.bucket_apply[i]], None)
 
     def _bucket_done(self, i: int, done: float) -> None:
         if done > self.bucket_done[i]:
@@ -349,9 +399,10 @@ class PSRun:
         """A learner's gradient leaves ``now`` through its node's NIC, or as its last bucket."""
         if self.produced:  # the last bucket; the push is processed when every bucket is
             share = self.bucket_share[-1]
-            self._deliver(now, item[0], share, [a * share for a in self.bucket_apply[item[0]]], item)
+            self._deliver(now, item[0], len(self.bucket_share) - 1, share,
+                          [a * share for a in self.bucket_apply[item[0]]], item)
         else:
-            self._deliver(now, item[0], 1.0, [self.apply_draw.next() for _ in range(self.S)], item)
+            self._deliver(now, item[0], 0, 1.0, [self.apply_draw.next() for _ in range(self.S)], item)
 
     def _at_shards(self, now: float) -> float:
         """A whole push (one gradient or one aggregated message) leaves for every shard ``now``:
@@ -362,30 +413,34 @@ class PSRun:
         return max(q.reserve(link.reserve(now, tx) + lat, draw.next())
                    for q, link in zip(self.queue, self.link_in))
 
-    def _deliver(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
-        """Learner ``i`` sends ``share`` of its gradient to every shard ``now`` (``apply_s[s]``
-        seconds of apply each): through its node's NIC first when it shares one (the server's
-        NICs are reserved when it starts leaving the node, an event). ``item``: the push it
+    def _deliver(self, now: float, i: int, b: int, share: float, apply_s: list[float], item: Any) -> None:
+        """Learner ``i`` sends bucket ``b``, ``share`` of its gradient, to every shard ``now``
+        (``apply_s[s]`` seconds of apply each): through its node's NIC first when it shares one (the
+        server's NICs are reserved when it starts leaving the node, an event). ``item``: the push it
         completes (the last bucket), or None (an earlier bucket)."""
         if self.g == 1:
-            self._at_server(now, i, share, apply_s, item)
+            self._at_server(now, i, b, share, apply_s, item)
             return
         tx = self.node_tx * share
         leave = self.node_out[i // self.g].reserve(now, tx) - tx
         delay = leave - now if leave > now else 0.0
-        self._schedule(Wake(self._leave_node, (i, share, apply_s, item, now + delay)), NORMAL, delay)
+        self._schedule(Wake(self._leave_node, (i, b, share, apply_s, item, now + delay)), NORMAL, delay)
 
     def _leave_node(self, ev: Wake) -> None:
-        i, share, apply_s, item, now = ev.payload
-        self._at_server(now, i, share, apply_s, item)
+        i, b, share, apply_s, item, now = ev.payload
+        self._at_server(now, i, b, share, apply_s, item)
 
-    def _at_server(self, now: float, i: int, share: float, apply_s: list[float], item: Any) -> None:
+    def _at_server(self, now: float, i: int, b: int, share: float, apply_s: list[float], item: Any) -> None:
         tx, lat = self.tx * share, self.lat
         done = 0.0
         for q, link, a in zip(self.queue, self.link_in, apply_s):
             e = q.reserve(link.reserve(now, tx) + lat, a)
             if e > done:
                 done = e
+        if self.replicated:  # bucket b is piece n − 1 − b of the forward order
+            p = len(self.piece_barrier) - 1 - b
+            if done > self.piece_barrier[p]:
+                self.piece_barrier[p] = done
         if item is None:
             self._bucket_done(i, done)
             return
