@@ -42,7 +42,9 @@ def make_replayer(trace: Trace, model: nn.Module, data: Data, opt: Optimizer, *,
     ``stacked``: "off" (generic), "on" (stacked whenever it applies: several nodes, a batchable
     model, ``batched``) or "auto": stacked when it applies and makes at least
     ``STACKED_MIN_SAVED`` × (gradients) fewer vmap calls than the generic path (predicted by
-    :func:`.replay_stacked.gradient_rounds`) — the measured condition for it to be faster.
+    :func:`.replay_stacked.gradient_rounds`) — the measured condition for it to be faster. An
+    all-reduce trace stays generic under "auto": its plan fuses each round into one call
+    (:func:`.replay_plan.equal_states`), as few calls as the stacked replay makes.
     """
     if stacked not in STACKED_MODES:
         raise BackendError(f"stacked replay mode {stacked!r}: expected one of {', '.join(STACKED_MODES)}")

@@ -298,7 +298,8 @@ class Replayer:
             for base in range(0, self.trace.n_ops, RUN_CHUNK):
                 yield from self._run_ops(base, min(self.trace.n_ops, base + RUN_CHUNK))
             self.losses.flush()
-            if any(not bool(torch.isfinite(x).all()) for x, _ in self.final_states().values()):
+            finals = {id(x): x for x, _ in self.final_states().values()}  # copies share a tensor: once each
+            if any(not bool(torch.isfinite(x).all()) for x in finals.values()):
                 raise Diverged
         except Diverged:
             if self.losses.updates_at_divergence is not None:  # where it was computed, not noticed
