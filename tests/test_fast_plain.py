@@ -7,12 +7,16 @@ and across each of its stops (draw refills, buffer flushes)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from unittest.mock import patch
+
+import numpy as np
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddlsim.simulator import fast_ps
+from ddlsim.simulator.fast_core import value_counts
 from ddlsim.simulator import trace as T
 from ddlsim.simulator.run import simulate
 from tests.conftest import make_point
@@ -82,3 +86,10 @@ def test_points_outside_the_plain_set_run_on_the_general_kernel() -> None:
         fast, seen = plain_run(p)
         assert not seen, sets
         assert T.encode(fast.trace) == T.encode(simulate(p, "simpy").trace)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(-3, 70_000), max_size=200), dtype=st.sampled_from(["i4", "i8"]))
+def test_value_counts_are_the_values_counted(values, dtype) -> None:
+    # Truth: collections.Counter of the values, sorted; a summary-only run folds its staleness so
+    assert value_counts(np.array(values, dtype=dtype)) == sorted(Counter(values).items())
