@@ -124,7 +124,11 @@ def generated(results: Any) -> str:
         "digits) are called noise. The μλ finding is tested on the softsync and async configurations only, by "
         "η², the share of the final error's variance between configurations of the same μλ (the diagonals of "
         "a panel below): hardsync(λ, μ) is SGD with minibatch λμ (the replay makes it so), so its error "
-        "tracks μλ by construction and says nothing about Rudra's rule.",
+        "tracks μλ by construction and says nothing about Rudra's rule. It is printed only where, in every "
+        "seed, μλ explains most of the error's variance and the mean error by μλ rises without a U (an "
+        "interior μλ lower than both ends by more than two test samples)"
+        + ("." if any(f.startswith("Error tracks") for f in demo_findings(results)) else
+           "; in this run some seed fails that, so it is not printed."),
         "",
         "Final test error by λ and μ, one panel per protocol and policy (configurations whose results coincide "
         "in every seed, here hardsync with either policy, share a panel); each cell is the mean over the seeds, "
