@@ -164,19 +164,29 @@ def config_sorted(rows: Iterable[Row]) -> list[Row]:
                   + tuple(sort_key(r.get(k)) for k in sorted(swept_keys(r))))
 
 
+SAME_VALUE = 1e-9  # relative: pareto_front's tolerance for "equal"
+
+
 def pareto_front(rows: Iterable[Mapping[str, Any]], x: str = "sim_time_s",
                  y: str = "final_test_error") -> list[Mapping[str, Any]]:
     """Rows no other row dominates when minimising both ``x`` and ``y``, sorted by x.
 
     ``q`` dominates ``p`` when ``q[x] ≤ p[x]`` and ``q[y] ≤ p[y]`` with one strict;
-    identical points dominate neither other (both kept). Rows lacking a finite ``x``
-    or ``y`` take no part.
+    identical points dominate neither other (both kept). Values within :data:`SAME_VALUE`
+    (relative) of each other count as equal: means of the same errors summed in another
+    order differ in the last bits, and a last-bit "improvement" is not one. Rows lacking a
+    finite ``x`` or ``y`` take no part.
     """
+    def same(a: float, b: float) -> bool:
+        return abs(a - b) <= SAME_VALUE * max(1.0, abs(a), abs(b))
+
     pts = sorted((r for r in rows if is_number(r.get(x)) and is_number(r.get(y))),
                  key=lambda r: (r[x], r[y]))
     front: list[Mapping[str, Any]] = []
     for r in pts:
-        if not front or r[y] < front[-1][y] or (r[x] == front[-1][x] and r[y] == front[-1][y]):
+        last = front[-1] if front else None
+        better = last is None or (r[y] < last[y] and not same(r[y], last[y]))
+        if better or (last is not None and same(r[x], last[x]) and same(r[y], last[y])):
             front.append(r)
     return front
 

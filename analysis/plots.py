@@ -28,7 +28,8 @@ from matplotlib.ticker import MaxNLocator
 from ._figure import (ERROR_COLUMNS, LINESTYLES, describe, fmt_value, is_no_data,
                       new_figure, no_data, panel_grid, panel_size, percent_axis,
                       plain_log2_axis, same_text, styles, text_color, use_log, wrap)
-from .metrics import CONFIG_ORDER, config_sorted, pareto_front, replicate_groups, sim_measured_pairs, speedups
+from .metrics import (CONFIG_ORDER, config_sorted, pareto_front, replicate_groups, sim_measured_pairs, speedups,
+                      within_intervals)
 from .findings import configuration_rows, learned
 from .table import (Row, Table, config_key, is_number, is_value, label, labels, mean, protocol_name,
                     sort_key, varying_keys)
@@ -485,7 +486,9 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     :func:`pareto_front`) as a step line. Each configuration without λ and μ (protocol, n,
     swept keys such as the lr policy) has its own colour and marker; one that did not learn (in
     some seed) is drawn hollow, one that diverged as ×. Up to ``max_names`` frontier points are
-    named beside their point; more are numbered and named in a legend."""
+    named beside their point; more are numbered and named in a legend. Neighbours on the
+    frontier whose mean errors lie within each other's 95 % intervals are named in the legend
+    as not told apart by the seeds (:func:`.metrics.within_intervals`)."""
     title = f"Pareto frontier: {describe(y)} vs {describe(x)}"
     miss = _missing(summary, x, y)
     if miss:
@@ -538,6 +541,11 @@ def pareto(summary: Table, x: str = "sim_time_s", y: str = "final_test_error",
     for xy, tags in spots.items():
         ax.annotate(("," if numbered else "\n").join(tags), xy, xytext=(4, 4), fontsize=7,
                     textcoords="offset points", fontweight="bold" if numbered else "normal")
+    tags = [str(i) if numbered else names[str(r.get("run_id"))] for i, r in enumerate(front, 1)]
+    alike = [f"{tags[i]} ~ {tags[i + 1]}" for i in range(len(front) - 1)
+             if intervals and within_intervals(front[i], front[i + 1], y)]
+    if alike:  # neighbours on the frontier whose error means lie in each other's 95 % intervals
+        ax.plot([], [], linestyle="", label="(not told apart by the seeds: " + ", ".join(alike) + ")")
     if numbered:
         entries = [Line2D([], [], linestyle="", label=f"{i}: {names[str(r.get('run_id'))]}")
                    for i, r in enumerate(front, 1)]

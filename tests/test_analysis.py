@@ -162,6 +162,12 @@ def test_pareto_front_hand_computed():
     assert [r["run_id"] for r in pareto_front(rows, "t", "e")] == ["a", "b", "e", "f", "h"]
     assert pareto_front([], "t", "e") == []
     assert [r["run_id"] for r in pareto_front(rows[:1], "t", "e")] == ["a"]
+    # the demo's two hardsync means of 2.5 %, one summed to 0.024999999999999998 and one to
+    # 0.025000000000000005: the slower one is no improvement, a last-bit tie is equal
+    tie = [{"run_id": "fast", "t": 1.15, "e": 0.025000000000000005},
+           {"run_id": "slow", "t": 1.99, "e": 0.024999999999999998},
+           {"run_id": "same", "t": 1.15 + 1e-15, "e": 0.025}]
+    assert [r["run_id"] for r in pareto_front(tie, "t", "e")] == ["fast", "same"]
 
 
 def test_speedups_hand_computed():

@@ -418,6 +418,21 @@ def test_figures_draw_the_mean_with_its_spread():
     assert "3.3%\n2.0–5.0%" in cells  # the mean, and the seeds' range (wider than a point)
 
 
+def test_pareto_names_frontier_neighbours_the_seeds_do_not_tell_apart():
+    # truth: Student t with 2 degrees of freedom (4.303): λ = 4's errors 4, 5, 6 % give 5 % ± 2.5, λ = 1's
+    # 4.5, 4, 3.5 % give 4 % ± 1.2: each mean inside the other's interval; 20–22 % is far from both
+    def sweep(errs_slow: tuple[float, ...]) -> Table:
+        return Table([run("hardsync", 4, 8, "constant", s, e, sim_time_s=1.0) for s, e in enumerate((0.04, 0.05, 0.06))]
+                     + [run("hardsync", 1, 8, "constant", s, e, sim_time_s=2.0) for s, e in enumerate(errs_slow)])
+
+    def legend(t: Table) -> list[str]:
+        return [x.get_text() for x in plots.pareto(t).axes[0].get_legend().get_texts()]
+
+    near = [x for x in legend(sweep((0.045, 0.04, 0.035))) if x.startswith("(not told apart by the seeds: ")]
+    assert len(near) == 1 and "~" in near[0]
+    assert not any(x.startswith("(not told apart") for x in legend(sweep((0.01, 0.011, 0.012))))
+
+
 def test_seeds_of_a_configuration_replay_together_with_the_numbers_each_gets_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # truth: each seed's point run alone (run_task, the replay backend's run); the sweep runs
