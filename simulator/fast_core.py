@@ -21,10 +21,11 @@ environment variable ``DDLSIM_NO_NUMBA=1`` (read at import), or ``kernel(python=
 returns the function unchanged: the same code runs as plain Python (slow; for a debugger or a
 coverage run). Without numba installed the fast engines are unavailable (their ``covers``).
 
-numba's on-disk cache of a module is invalidated by that module's own source only: after an
-edit here, delete ``__pycache__/fast_*.nb*`` before trusting a cached fast engine (the kernels
-that call these primitives hold compiled copies of them). :func:`.run.kernels_to_compile`
-counts this module as a source of every kernel module.
+numba's on-disk cache of a module is invalidated by that module's own source only, while the
+kernels that call these primitives hold compiled copies of them: importing this module runs
+:func:`.kernel_cache.refresh`, which drops every cached kernel once any source the fast engines
+are built from has changed. :func:`.run.kernels_to_compile` counts this module as a source of
+every kernel module.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from . import dataorder
+from . import dataorder, kernel_cache
 from .protocols import cadence
 from .stats import histogram, merge_histograms
 from .trace import INPUT_COLUMNS, NONE_IS_MINUS_ONE, OP_COLUMNS, blank_columns, eval_schedule
@@ -45,6 +46,8 @@ try:  # numba is a dependency; without it (an unusual install) the fast engines 
     import numba
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
+
+kernel_cache.refresh()  # before any kernel loads its cache: none is older than a source it was built from
 
 PLAIN = os.environ.get("DDLSIM_NO_NUMBA", "") not in ("", "0")  # run the kernels as plain Python
 
