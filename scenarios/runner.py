@@ -610,7 +610,11 @@ def prepare_folder(folder: ResultsFolder, name: str, hashes: dict[str, str], red
         held = folder.info.get("scenario")
         what = []
         if dropped:
-            what.append(f"delete {len(dropped)} runs this sweep does not have")
+            names = {r.rsplit("-", 1)[0] for r in hashes}  # a run id: the configuration's name, then its hash
+            renamed = sum(r.rsplit("-", 1)[0] in names for r in dropped)
+            what.append(f"delete {len(dropped)} runs this sweep does not have" + (
+                f" ({renamed} of them under the names of this sweep's configurations but another hash: an "
+                "earlier ddlsim's ids, or other values of keys the names leave out)" if renamed else ""))
         if changed:
             what.append(f"replace {len(changed)} runs by other points of the same name")
         if lost:

@@ -237,6 +237,7 @@ def test_resume_recomputes_results_of_another_final_error_rule(tmp_path: Path, c
     assert main(["run", str(f), "--out", str(out), "--quiet", "--no-report", "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "delete 1 runs this sweep does not have" in err
+    assert "(1 of them under the names of this sweep's configurations but another hash" in err  # it is the same one
     assert read_csv(out / "summary.csv") == [before]  # nothing lost
     assert main(["run", str(f), "--out", str(out), "--quiet", "--no-report", "--resume", "--force"]) == 0
     (after,) = read_csv(out / "summary.csv")
