@@ -18,7 +18,9 @@ have, made when the point is built (both engines stay in agreement):
   (NCCL 1's ring in device order on a DGX-1 steps from GPU 3 to 4 and 7 to 0, which no NVLink joins);
 * **layer-wise pull** (``pull``): ``cluster.server.pull`` (the pull of the weights overlaps the
   forward pass, :mod:`..simulator.ps`; ``layerwise-random``: its pieces in a random order;
-  ``layerwise-shared``: every piece in flight at once, sharing each link equally);
+  ``layerwise-shared``: every piece in flight at once, sharing each link equally;
+  ``replicated``: each piece pulled back after every learner's push of it is applied, during
+  the backward, and the forward after the last piece);
 * **GPU-host staging** (``staging = "host"``): a parameter-server message leaves GPU memory
   for a host buffer before the wire (and comes back the same way), one copy at the node's
   ``intra_bandwidth_Bps`` (PCIe) before the transfer: the network bandwidth β becomes
