@@ -24,6 +24,7 @@ never computes a gradient later than its own op.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Generator
@@ -103,6 +104,7 @@ class Replayer:
         self.curves: list[dict[str, Any]] = []
         self.diverged = False
         self.diverged_at_update: int | None = None
+        self._finite_seen: Tensor | None = None  # the last state a copy mix found finite
         self.updates = 0
         self.peak_live_states = 0
         self.peak_live_grads = 0
@@ -348,7 +350,8 @@ class Replayer:
                     req = self._request(lead)
                     self._finish(req, (yield req))
             elif k == MIX:
-                if copy[r]:  # the source's own tensor and weight (_mix's rule)
+                if copy[r]:  # the source's own tensor and weight (_mix's rule, for a finite state)
+                    self._check_finite(states[offset[nd] + ver])
                     states[offset[nd] + ver + 1] = states[copy_src[r]]
                     current[nd] = offset[nd] + ver + 1
                 else:
@@ -362,6 +365,17 @@ class Replayer:
                 for f in free[fp:fp + c]:
                     del states[f]
                 fp += c
+
+    def _check_finite(self, state: tuple[Tensor, float]) -> None:
+        """Raise :class:`Diverged` when the state a copy mix replaces is not finite: there
+        ``0·x + x_src`` is NaN, not the source, and the run has diverged. The last tensor found
+        finite is remembered (an all-reduce round's receivers replace one shared tensor)."""
+        x, w = state
+        if x is self._finite_seen:
+            return
+        if not (math.isfinite(w) and bool(torch.isfinite(x).all())):
+            raise Diverged
+        self._finite_seen = x
 
     def _mix(self, i: int, offset: list[int]) -> None:
         """``x ← self_coef·x + coef·x_src``, ``w`` likewise. (A copy, self_coef 0 and coef 1, is

@@ -232,8 +232,9 @@ def equal_states(ops: dict[str, np.ndarray], offset: np.ndarray, n_states: int) 
     with ``w = 1`` (the replay starts every node there), so all of them equal node 0's; a mix
     of the whole model (``batch_index`` −1, not a fragment) with ``self_coef = 0`` and ``coef = 1``
     makes its new version ``0·x + x_src``, ``0·w + w_src``,
-    which is ``(x_src, w_src)`` exactly in float arithmetic (for finite ``x``: a node whose
-    weights are not finite has diverged); equality is transitive, and a version never changes
+    which is ``(x_src, w_src)`` exactly in float arithmetic for finite ``x`` (the generic replay
+    checks that the state a copy replaces is finite, and stops the run as diverged where it is
+    not); equality is transitive, and a version never changes
     once created. Every other version (an apply's step, any other mix) is its own."""
     kind, node, version = ops["kind"], ops["node"].astype(np.int64), ops["version"].astype(np.int64)
     rep = np.arange(n_states, dtype=np.int64)

@@ -334,3 +334,30 @@ def test_allreduce_equals_hardsync_equals_sgd_of_minibatch_lambda_mu(lam, mu):
     assert torch.allclose(node_states(ar_rep)[0], node_states(hs_rep)[0], atol=TOL, rtol=0)
     for x in node_states(ar_rep) + node_states(hs_rep):
         assert torch.allclose(x, ref, atol=TOL, rtol=0)
+
+
+def _overwritten_after_blowing_up(coef: float) -> Trace:
+    """Two nodes: a round averaged on node 0 and copied to node 1, then node 1 alone applies a
+    gradient at weight ``coef`` and is copied over from node 0: ``x ← 0·x + x_src``."""
+    tb, mu = TraceBuilder(), 8
+    tb.eval(-1, -1, 0.0, 0.0)
+    g0 = tb.grad(0, 0, 0, 0, mu, 0, 0.0, 0.5, 0.0)
+    g1 = tb.grad(1, 1, 0, mu, mu, 0, 0.0, 0.5, 0.0)
+    tb.apply(0, 0, [g0, g1], [0.5, 0.5], [0, 0], 1.0, 16 / N_DIGITS)
+    tb.mix(1, 0, 0, 1, 1.0, 0.0, 1.0, 1.0, 16 / N_DIGITS)  # node 1's version 1: a copy of node 0's
+    g = tb.grad(1, 1, 1, 2 * mu, mu, 1, 1.0, 1.5, 16 / N_DIGITS)
+    tb.apply(1, 1, [g], [coef], [0], 1.5, 24 / N_DIGITS)
+    tb.mix(1, 2, 0, 1, 1.0, 0.0, 2.0, 2.0, 24 / N_DIGITS)  # the copy over node 1's own step
+    tb.eval(-1, -1, 2.0, 24 / N_DIGITS)
+    return tb.build({"nodes": 2, "data_seed": 0, "samples_per_epoch": N_DIGITS})
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_copy_over_a_state_that_blew_up_is_divergence(batched: bool) -> None:
+    # truth: the trace's arithmetic, 0·inf + x_src = NaN (IEEE 754): a copy does not heal a node
+    # whose own step overflowed, so the replay says the run diverged; a finite step copied over
+    # is no divergence
+    point = point_of("allreduce", 2, 8, optimizer__momentum=0.0, optimizer__weight_decay=0.0)
+    assert torch.isnan(torch.add(torch.tensor([float("inf")]) * 0.0, torch.tensor([2.0]))).all()
+    assert not replay(_overwritten_after_blowing_up(1.0), point, batched=batched).diverged
+    assert replay(_overwritten_after_blowing_up(1e45), point, batched=batched).diverged
