@@ -12,6 +12,8 @@ rewritten. Cheap: it reads the sources and lists folders; it imports no numba.
 The folders are numba's own choice (``numba.core.caching``): ``NUMBA_CACHE_DIR/<dir>_<sha1 of
 the source folder>`` when that variable is set; else ``__pycache__`` beside the source, or,
 when the package is not writable, ``~/.cache/numba/<dir>_<sha1>`` (``XDG_CACHE_HOME`` if set).
+Paths are taken as numba takes them, absolute but with links unresolved. A cache folder that
+is itself a symbolic link is left alone (nothing is deleted through a link).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 STAMP = "ddlsim-kernels.stamp"
 CACHE_SUFFIXES = (".nbi", ".nbc")
-HERE = Path(__file__).resolve().parent
+HERE = Path(os.path.abspath(__file__)).parent  # as numba names it: the import path, links not resolved
 
 
 def engine_sources(root: Path = HERE) -> list[Path]:
@@ -58,8 +60,8 @@ def _imported(path: Path, root: Path) -> list[Path]:
         target = base.joinpath(*parts)
         candidates = [target.with_suffix(".py"), target / "__init__.py"]
         candidates += [target / f"{alias.name}.py" for alias in node.names]  # from .pkg import module
-        found += [c for c in candidates if c.is_file() and root in c.resolve().parents]
-    return found
+        found += [Path(os.path.normpath(c)) for c in candidates if c.is_file()]
+    return [c for c in found if root in c.parents]
 
 
 def sources_digest(sources: list[Path], root: Path = HERE) -> str:

@@ -76,6 +76,12 @@ def test_numba_cache_dir_folders_follow_numbas_locator(tmp_path: Path, monkeypat
                        tmp_path / "nbcache" / locate(str(root / "protocols" / "rules.py"))]
     made = _caches(folders[0])
     assert sorted(refresh(root)) == sorted(made)
+    # imported through a link to the package: numba names the folders by the unresolved path
+    link = tmp_path / "linked"
+    link.symlink_to(root, target_is_directory=True)
+    names = {p.relative_to(link).as_posix() for p in engine_sources(link)}
+    assert names == {p.relative_to(root).as_posix() for p in engine_sources(root)}
+    assert cache_folders([link]) == [tmp_path / "nbcache" / locate(str(link / "fast_a.py"))] != folders[:1]
 
 
 def test_this_packages_kernels_count_the_helpers_they_compile() -> None:
