@@ -184,6 +184,8 @@ def pareto_front(rows: Iterable[Mapping[str, Any]], x: str = "sim_time_s",
                  key=lambda r: (r[x], r[y]))
     front: list[Mapping[str, Any]] = []
     for r in pts:
+        while front and same(r[x], front[-1][x]) and r[y] < front[-1][y] and not same(r[y], front[-1][y]):
+            front.pop()  # as fast (to the last bits) and more accurate: it dominates
         last = front[-1] if front else None
         better = last is None or (r[y] < last[y] and not same(r[y], last[y]))
         if better or (last is not None and same(r[x], last[x]) and same(r[y], last[y])):

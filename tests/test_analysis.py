@@ -168,6 +168,9 @@ def test_pareto_front_hand_computed():
            {"run_id": "slow", "t": 1.99, "e": 0.024999999999999998},
            {"run_id": "same", "t": 1.15 + 1e-15, "e": 0.025}]
     assert [r["run_id"] for r in pareto_front(tie, "t", "e")] == ["fast", "same"]
+    # the same in time: one bit slower and far more accurate dominates
+    bit = [{"run_id": "A", "t": 10.0, "e": 0.30}, {"run_id": "B", "t": 10.0 * (1 + 1e-15), "e": 0.20}]
+    assert [r["run_id"] for r in pareto_front(bit, "t", "e")] == ["B"]
 
 
 def test_speedups_hand_computed():
