@@ -227,6 +227,18 @@ class PSRun:
                 out[i][b] = end + self.lat
         return out
 
+    def _pull_links(self, learners: list[int]) -> list[tuple[FifoServer, float, list[int]]]:
+        """The links a pull to ``learners`` crosses, each with its transfer time of the whole model
+        and the learners it carries: every server NIC out (all of them), and with shared nodes
+        (``group_size`` > 1) each node's NIC in (its members)."""
+        batches = [(link, self.tx, learners) for link in self.link_out]
+        if self.g > 1:
+            nodes: dict[int, list[int]] = {}
+            for i in learners:
+                nodes.setdefault(i // self.g, []).append(i)
+            batches += [(self.node_in[node], self.node_tx, members) for node, members in nodes.items()]
+        return batches
+
     def _share_pieces(self, learners: list[int], now: float) -> dict[int, list[float]]:
         """Layer-wise shared pull: every piece to every one of ``learners`` starts ``now``; each link
         shares the pieces it carries equally (module doc); when each piece, indexed in forward order,
@@ -234,12 +246,7 @@ class PSRun:
         n = len(self.pull_pieces)
         shares = [self.pull_pieces[b][0] for b in range(n)]
         out: dict[int, list[float]] = {i: [0.0] * n for i in learners}
-        batches = [(link, self.tx, learners) for link in self.link_out]
-        if self.g > 1:
-            nodes: dict[int, list[int]] = {}
-            for i in learners:
-                nodes.setdefault(i // self.g, []).append(i)
-            batches += [(self.node_in[node], self.node_tx, members) for node, members in nodes.items()]
+        batches = self._pull_links(learners)
         for link, tx, members in batches:
             durations = [tx * share for _ in members for share in shares]
             start = max(now, link.free_at)
@@ -261,12 +268,7 @@ class PSRun:
         indexed in forward order, reaches each learner. Starts the next round's barriers."""
         n = len(self.pull_pieces)
         out: dict[int, list[float]] = {i: [0.0] * n for i in learners}
-        batches = [(link, self.tx, learners) for link in self.link_out]
-        if self.g > 1:
-            nodes: dict[int, list[int]] = {}
-            for i in learners:
-                nodes.setdefault(i // self.g, []).append(i)
-            batches += [(self.node_in[node], self.node_tx, members) for node, members in nodes.items()]
+        batches = self._pull_links(learners)
         barrier = self.piece_barrier
         for b in sorted(range(n), key=lambda b: (barrier[b], b)):
             share = self.pull_pieces[b][0]
