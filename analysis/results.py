@@ -47,6 +47,7 @@ class Results:
     target_error: float | None = None
     test_size: int | None = None  # test samples behind each error (one data set), when known
     notes: list[str] = field(default_factory=list)  # cells read as missing, files skipped
+    numerics: str | None = None  # what the replay's rounding depended on (backends.device.numerics), if recorded
 
 
 def _read(path: Path) -> Table:
@@ -72,7 +73,8 @@ def load_results(results_dir: str | os.PathLike[str]) -> Results:
     return Results(root=root, summary=summary, curves=curves, staleness=staleness,
                    name=scenario_name(root, summary, scenario),
                    target_error=_target_error(summary, scenario),
-                   test_size=_test_size(summary, scenario), notes=notes)
+                   test_size=_test_size(summary, scenario), notes=notes,
+                   numerics=scenario["numerics"] if isinstance(scenario.get("numerics"), str) else None)
 
 
 def load_staleness(results_dir: str | os.PathLike[str], summary: Table | None = None) -> Table:

@@ -48,3 +48,36 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
+
+
+def numerics(device: str | None = None) -> str:
+    """What a replay's floating-point rounding depends on besides the scenario and its seeds:
+    torch's version and, on the CPU, the vector kernels torch dispatches to there and the CPU's
+    vendor and architecture (its BLAS picks its code path by them); on CUDA, the GPU and the
+    CUDA version. Runs on machines with equal strings give equal numbers; on others a few
+    trained weights round differently, and a long or unstable run ends a few test samples apart."""
+    import platform
+
+    import torch
+
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        return f"torch {torch.__version__}, CUDA {torch.version.cuda} on {torch.cuda.get_device_name(dev)}"
+    return (f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} CPU kernels, "
+            f"{_cpu_vendor() or 'unknown vendor'} {platform.machine()}")
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor as the kernel reports it (``vendor_id`` of /proc/cpuinfo, first 64 KiB),
+    else Python's ``platform.processor()``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return platform.processor()
+    for line in text.splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()

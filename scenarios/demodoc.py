@@ -88,6 +88,23 @@ def _table(results: Any) -> list[str]:
     return lines
 
 
+NUMERICS = "Replayed with "
+
+
+def numerics_line(numerics: str | None) -> str:
+    """The generated part's statement of what the replay's rounding depended on (the results
+    folder's record, :func:`..backends.device.numerics`)."""
+    return f"{NUMERICS}{numerics or 'an unrecorded torch and CPU'} (see below: numbers on other machines)."
+
+
+def numerics_in(part: str) -> str | None:
+    """The numerics a generated part states (:func:`numerics_line`), None if it states none."""
+    for line in part.splitlines():
+        if line.startswith(NUMERICS):
+            return line[len(NUMERICS):].rsplit(" (see below", 1)[0]
+    return None
+
+
 def generated(results: Any) -> str:
     """The generated part of docs/demo.md (between :data:`BEGIN` and :data:`END`)."""
     from ..analysis.findings import configs_of
@@ -139,6 +156,8 @@ def generated(results: Any) -> str:
         "The configurations at the largest λ, and hardsync with one learner, over their seeds:",
         "",
         *_table(results),
+        "",
+        numerics_line(results.numerics),
         "",
         "Each configuration as a point of its mean time and mean final error, with bars spanning the 95 % "
         "interval of each mean over the seeds; one colour and marker per protocol and policy, hollow where a "

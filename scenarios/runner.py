@@ -34,6 +34,7 @@ from typing import Any
 
 from ..analysis.metrics import configurations
 from ..analysis.table import csv_safe
+from ..backends.device import numerics
 from ..simulator.files import TEMP_MARK, FileRefused, atomic_write, read_bounded
 from ..simulator.results_folder import ResultsFolder
 from ..simulator.protocols import spec_of
@@ -462,6 +463,16 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, **kw: Any) -> list[dict[s
     return run_points(scenario, scenario.points(), out_dir, **kw)
 
 
+def _recorded_numerics(out: Path) -> str | None:
+    """The numerics an earlier run recorded in ``out``'s scenario.json, if any."""
+    try:
+        info = json.loads(read_bounded(out / "scenario.json", 16 << 20, "scenario.json"))
+    except (OSError, ValueError, RecursionError, FileRefused):
+        return None
+    value = info.get("numerics") if isinstance(info, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | Path, *,
                backend: str | None = None, options: dict[str, Any] | None = None, jobs: int | None = None,
                resume: bool = False, executor: str = "local", scheduler: str | None = None,
@@ -505,12 +516,20 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
             todo.append(idx)
             if reason and reason != "not run yet":
                 why[reason] = why.get(reason, 0) + 1
+    machine = numerics((options or {}).get("device")) if backend else None
+    kept = len(points) - len(todo)
+    before = _recorded_numerics(out) if resume and kept and machine else None
+    if before is not None and before != machine:  # a kept run's rounding is another machine's
+        print(f"resume: {kept} kept runs were replayed with {before}; this machine's: {machine} (their numbers "
+              "may differ by a few test samples; --force reruns them here)", file=sys.stderr)
+        machine = f"{before} (the {kept} runs kept by --resume), {machine} (the others)"
     prepare_folder(folder, str(scenario.base["name"]), {p["_id"]: point_hash(p) for p in points},
                    {points[i]["_id"] for i in todo}, backend, traces, keep_others)
     folder.write("scenario.json", json.dumps(
         {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
          "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
-         "points": [p["_id"] for p in points]}, indent=1).encode())
+         "points": [p["_id"] for p in points],
+         **({"numerics": machine} if machine else {})}, indent=1).encode())
     if resume and progress and (len(todo) < len(points) or why):
         detail = "; ".join(f"{n} {r}" for r, n in sorted(why.items()))
         print(f"resume: kept {len(points) - len(todo)}, running {len(todo)}" + (f" (recomputed: {detail})"

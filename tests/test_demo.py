@@ -77,6 +77,26 @@ def test_readme_demo_runs_end_to_end(demo) -> None:
     assert len(read_csv(out / "curves.csv")) >= 72 * 3 * 20
 
 
+def assert_same_but_rounding(note: str, run: str) -> None:
+    """The note made on another machine (other CPU kernels: another rounding of the same
+    draws) and this run agree in every line but the machine's, and in every table cell but the
+    final error and the time to the target; a final error of a configuration that learned
+    within 2 points (7 of the 360 test samples), docs/demo.md's statement of what differs."""
+    a, b = note.splitlines(), run.splitlines()
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if x.startswith("Replayed with "):
+            assert y.startswith("Replayed with ")
+        elif x.startswith("| ") and not x.startswith("| protocol"):
+            cx, cy = x.split(" | "), y.split(" | ")
+            assert len(cx) == len(cy) == 10 and cx[:7] == cy[:7] and cx[9] == cy[9], (x, y)
+            if cx[9].startswith("0 of"):
+                ex, ey = (float(c.split(" %")[0]) for c in (cx[7], cy[7]))
+                assert abs(ex - ey) <= 2.0, (x, y)
+        else:
+            assert x == y
+
+
 def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
     # truth: this run of the demo. docs/demo.md's generated part and the README's quoted findings
     # are what `python -m ddlsim.scenarios.demodoc` writes from it (rerun it when they differ)
@@ -87,7 +107,12 @@ def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
     results = load_results(out)
     note = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
     stale = "stale: regenerate with python -m ddlsim.scenarios.demodoc"
-    assert demodoc.current_part(note, demodoc.BEGIN, demodoc.END) == demodoc.generated(results).rstrip("\n"), stale
+    part, now = demodoc.current_part(note, demodoc.BEGIN, demodoc.END), demodoc.generated(results).rstrip("\n")
+    assert results.numerics and results.numerics.startswith("torch ")  # the run recorded its machine
+    if demodoc.numerics_in(part) == results.numerics:
+        assert part == now, stale  # the machine the note was made on: the same numbers
+    else:
+        assert_same_but_rounding(part, now)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert demodoc.current_part(readme, demodoc.README_BEGIN, demodoc.README_END) == demodoc.readme_quote(results), \
         stale
