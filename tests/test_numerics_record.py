@@ -1,0 +1,138 @@
+"""A results folder records what its replays' rounding depended on: scenario.json's "numerics"
+(backends.device.numerics), written whenever a backend runs, absent for simulate-only runs,
+exposed as Results.numerics; --resume over runs kept from another machine says so on stderr and
+records both. Truths: torch's own version and CPU capability, platform.machine(), and a
+hand-edited scenario.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddlsim.analysis.results import load_results
+from ddlsim.backends.device import numerics
+
+# one point (hardsync, 2 learners, 1 epoch of digits on the MLP): a replay of about a second
+TINY = """
+name = "tiny-numerics"
+seed = 3
+[workload]
+dataset = "digits"
+model = "mlp"
+epochs = 1
+evals_per_epoch = 1
+target_error = 0.5
+[optimizer]
+lr = 0.1
+[cluster]
+learners = 2
+minibatch = 32
+[protocol]
+name = "hardsync"
+"""
+
+ELSEWHERE = "torch 0.0, AVX512 CPU kernels, GenuineIntel x86_64"
+
+
+def ddlsim(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddlsim", *map(str, args)], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=300)
+
+
+def run(scenario: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    done = ddlsim("run", scenario, "--out", out, "--quiet", "--no-report", "--device", "cpu", *extra)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def scenario_json(out: Path) -> dict:
+    return json.loads((out / "scenario.json").read_text(encoding="utf-8"))
+
+
+def mismatch_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if " kept runs were replayed with " in line]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("numerics") / "tiny.toml"
+    path.write_text(TINY, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def replayed(tiny: Path) -> Path:
+    out = tiny.parent / "out"
+    run(tiny, out)
+    return out
+
+
+def test_cpu_numerics_name_torch_its_kernels_and_the_architecture():
+    here = numerics("cpu")
+    assert here.startswith(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} CPU kernels, ")
+    assert here.endswith(f" {platform.machine()}")
+    assert numerics("cpu") == here  # the same machine, the same string
+
+
+def test_a_replay_records_this_machines_numerics(replayed: Path):
+    assert scenario_json(replayed)["numerics"] == numerics("cpu")
+    assert load_results(replayed).numerics == numerics("cpu")
+
+
+def test_a_simulate_only_run_records_no_numerics(tiny: Path, tmp_path: Path):
+    out = tmp_path / "sim"
+    done = ddlsim("simulate", tiny, "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    info = scenario_json(out)
+    assert "numerics" not in info and info["points"]  # the file is there, with its points, but no numerics
+    assert load_results(out).numerics is None
+
+
+def test_resume_over_a_run_kept_from_elsewhere_says_so_and_records_both(tiny: Path, replayed: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(replayed, out)
+    info = scenario_json(out)
+    info["numerics"] = ELSEWHERE
+    (out / "scenario.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    here = numerics("cpu")
+    # a second replicate: the one run there is kept, one more runs here (--quiet hides "resume: kept
+    # 1, running 1", not the line on the numerics)
+    done = run(tiny, out, "--resume", "--set", "replicates=2")
+    (line,) = mismatch_lines(done.stderr)
+    assert line.startswith(f"resume: 1 kept runs were replayed with {ELSEWHERE}; this machine's: {here}")
+    both = f"{ELSEWHERE} (the 1 runs kept by --resume), {here} (the others)"
+    after = scenario_json(out)
+    assert after["numerics"] == both
+    assert after["name"] == info["name"] and len(after["points"]) == 2  # the rest is this sweep's
+    assert len(list((out / "runs").iterdir())) == 2  # the kept run and the one replayed here
+    assert load_results(out).numerics == both
+
+
+def test_resume_with_every_run_kept_from_another_machine_counts_them_all(tiny: Path, replayed: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(replayed, out)
+    info = scenario_json(out)
+    info["numerics"] = ELSEWHERE
+    (out / "scenario.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    here = numerics("cpu")
+    done = run(tiny, out, "--resume")
+    (line,) = mismatch_lines(done.stderr)
+    assert line.startswith(f"resume: 1 kept runs were replayed with {ELSEWHERE}; this machine's: {here}")
+    assert scenario_json(out)["numerics"] == f"{ELSEWHERE} (the 1 runs kept by --resume), {here} (the others)"
+
+
+def test_resume_on_the_same_numerics_says_nothing_of_them(tiny: Path, replayed: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(replayed, out)
+    done = run(tiny, out, "--resume")
+    assert mismatch_lines(done.stderr) == []
+    assert scenario_json(out)["numerics"] == numerics("cpu")
+    assert load_results(out).numerics == numerics("cpu")
