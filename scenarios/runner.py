@@ -522,7 +522,7 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
     if before is not None and before != machine:  # a kept run's rounding is another machine's
         print(f"resume: {kept} kept runs were replayed with {before}; this machine's: {machine} (their numbers "
               "may differ by a few test samples; --force reruns them here)", file=sys.stderr)
-        machine = f"{before} (the {kept} runs kept by --resume), {machine} (the others)"
+        machine = before if not todo else f"{before} (the {kept} runs kept by --resume), {machine} (the others)"
     prepare_folder(folder, str(scenario.base["name"]), {p["_id"]: point_hash(p) for p in points},
                    {points[i]["_id"] for i in todo}, backend, traces, keep_others)
     folder.write("scenario.json", json.dumps(
