@@ -46,7 +46,7 @@ from . import seeds
 from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .dataorder import ShardLayout
-from .fast_core import (DONE, FIFO_FIELDS, FLUSH_OPS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, STALL_START,
+from .fast_core import (DONE, FIFO_FIELDS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, STALL_START,
                         WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
                         heap_push, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
                         stall_state, walk_stalls)
@@ -56,6 +56,8 @@ from .trace import APPLY, EVAL, GRAD, Trace
 
 WORK_SHARE = 1.05      # a learner's first compute draws: this × its share of the run, and WORK_MARGIN
 WORK_MARGIN = 16
+FLUSH_OPS = 1 << 15     # a summary-only run's trace rows at a time: buffers that stay in the CPU's cache
+                        # (the million rows of fast_core.FLUSH_OPS cost their first touch of every page)
 SUMMARY_APPLY_CHUNKS = 64  # a summary-only run's first apply draws, in chunks (then a chunk at a time)
 NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
 NEED_FLUSH = NEED_ROWS
