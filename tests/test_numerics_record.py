@@ -136,3 +136,14 @@ def test_resume_on_the_same_numerics_says_nothing_of_them(tiny: Path, replayed: 
     assert mismatch_lines(done.stderr) == []
     assert scenario_json(out)["numerics"] == numerics("cpu")
     assert load_results(out).numerics == numerics("cpu")
+
+
+def test_ddlsim_replay_of_one_trace_records_this_machines_numerics(tiny: Path, tmp_path: Path):
+    sim = tmp_path / "sim"
+    done = ddlsim("simulate", tiny, "--out", sim, "--quiet", "--traces")
+    assert done.returncode == 0, done.stderr
+    (trace,) = (sim / "runs").glob("*/trace.ddlt")
+    out = tmp_path / "r"
+    done = ddlsim("replay", trace, "--scenario", tiny, "--out", out, "--device", "cpu", "--no-report")
+    assert done.returncode == 0, done.stderr
+    assert scenario_json(out)["numerics"] == numerics("cpu") == load_results(out).numerics

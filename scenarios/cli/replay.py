@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...backends.base import RunOptions
-from ...backends.device import resolve_device
+from ...backends.device import numerics, resolve_device
 from ...simulator import trace as trace_io
 from ...simulator.protocols.catalog import PS, SPECS
 from ...simulator.results_folder import ResultsFolder
@@ -78,7 +78,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   "curves": [{"run_id": point["_id"], **c} for c in result.curves],
                   "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
         folder.write("scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
-                                                  "target_error": point["workload"]["target_error"]}))
+                                                  "target_error": point["workload"]["target_error"],
+                                                  "numerics": numerics(args.device)}))
         folder.write(f"runs/{point['_id']}/staleness.csv", staleness_csv(staleness_histogram(trace)))
         store_result(out, record)
         write_tables(out, [record])
