@@ -7,6 +7,7 @@ and ``ddlsim simulate`` never needs torch).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 from collections.abc import Iterator
 
@@ -50,26 +51,32 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 
 
 
+@lru_cache(maxsize=8)
 def numerics(device: str | None = None) -> str:
     """What a replay's floating-point rounding depends on besides the scenario and its seeds:
     torch's version and, on the CPU, the vector kernels torch dispatches to there and the CPU's
     vendor and architecture (its BLAS picks its code path by them); on CUDA, the GPU and the
-    CUDA version. Runs on machines with equal strings give equal numbers; on others a few
-    trained weights round differently, and a long or unstable run ends a few test samples apart."""
+    CUDA and cuDNN versions. On CPUs, runs with equal strings gave equal numbers (docs/demo.md);
+    on CUDA they need not (cuDNN may pick other algorithms from run to run). A device this
+    module does not resolve (a third-party backend's) is named as given."""
     import platform
 
     import torch
 
-    dev = resolve_device(device)
+    try:
+        dev = resolve_device(device)
+    except BackendError:
+        return f"torch {torch.__version__} on {device}"
     if dev.type == "cuda":
-        return f"torch {torch.__version__}, CUDA {torch.version.cuda} on {torch.cuda.get_device_name(dev)}"
+        return (f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()} on "
+                f"{torch.cuda.get_device_name(dev)}")
     return (f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} CPU kernels, "
             f"{_cpu_vendor() or 'unknown vendor'} {platform.machine()}")
 
 
 def _cpu_vendor() -> str:
-    """The CPU's vendor as the kernel reports it (``vendor_id`` of /proc/cpuinfo, first 64 KiB),
-    else Python's ``platform.processor()``."""
+    """The CPU's vendor as Linux reports it (``vendor_id`` of /proc/cpuinfo, first 64 KiB), else
+    ``platform.processor()`` (on macOS an architecture, on Windows a model string)."""
     import platform
 
     try:

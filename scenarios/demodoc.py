@@ -98,7 +98,8 @@ def numerics_line(numerics: str | None) -> str:
 
 
 def numerics_in(part: str) -> str | None:
-    """The numerics a generated part states (:func:`numerics_line`), None if it states none."""
+    """The numerics a generated part states (:func:`numerics_line`; for a results folder without a
+    record, its words for that), None if the part has no such line."""
     for line in part.splitlines():
         if line.startswith(NUMERICS):
             return line[len(NUMERICS):].rsplit(" (see below", 1)[0]

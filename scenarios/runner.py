@@ -153,7 +153,8 @@ class _Run:
         for row, w in zip(self.rows, self.walls):
             row.setdefault("error", None)
             row["wall_s"] = w
-        return [{"hash": point_hash(p), "row": row, "curves": c, "evals": self.evals}
+        machine = {"numerics": numerics(self.task.options.get("device"))} if self.task.backend else {}
+        return [{"hash": point_hash(p), "row": row, "curves": c, "evals": self.evals, **machine}
                 for p, row, c in zip(self.task.points, self.rows, self.curves)]
 
 
@@ -308,8 +309,11 @@ def _run_backend_many(runs: list[_Run]) -> None:
 
 
 def _checksum(record: dict[str, Any]) -> str:
-    """SHA-256 of a record's numbers (row, curves, evaluation schedule) as canonical JSON."""
+    """SHA-256 of a record's numbers (row, curves, evaluation schedule) and, when it has one, of
+    what they were computed with (``numerics``), as canonical JSON."""
     payload = {k: record.get(k) for k in ("hash", "row", "curves", "evals")}
+    if "numerics" in record:  # (records of an earlier ddlsim have none: their checksums stay valid)
+        payload["numerics"] = record["numerics"]
     blob = json.dumps(payload, sort_keys=True, default=_json_default, allow_nan=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -351,7 +355,8 @@ def load_result(out_dir: Path, point: dict[str, Any], traces: bool = False,
     if not (isinstance(record, dict) and isinstance(record.get("hash"), str)
             and isinstance(record.get("row"), dict) and isinstance(record.get("curves"), list)
             and all(isinstance(c, dict) for c in record["curves"]) and isinstance(record.get("evals", []), list)
-            and record["row"].get("run_id") == point["_id"] and isinstance(record.get("checksum"), str)):
+            and record["row"].get("run_id") == point["_id"] and isinstance(record.get("checksum"), str)
+            and isinstance(record.get("numerics", ""), str)):
         return None, "malformed result"
     if record["hash"] != point_hash(point):
         return None, "another point's result"
@@ -463,14 +468,19 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, **kw: Any) -> list[dict[s
     return run_points(scenario, scenario.points(), out_dir, **kw)
 
 
-def _recorded_numerics(out: Path) -> str | None:
-    """The numerics an earlier run recorded in ``out``'s scenario.json, if any."""
-    try:
-        info = json.loads(read_bounded(out / "scenario.json", 16 << 20, "scenario.json"))
-    except (OSError, ValueError, RecursionError, FileRefused):
-        return None
-    value = info.get("numerics") if isinstance(info, dict) else None
-    return value if isinstance(value, str) else None
+def folder_numerics(records: list[dict[str, Any]]) -> str | None:
+    """What the backend results among ``records`` were computed with (each record's
+    ``numerics``, written where it ran): the one string when they agree, else each with its
+    count of runs ("unrecorded" for results of an earlier ddlsim); None without a backend result."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r["row"].get("error") is None and BACKEND_MARKS & r["row"].keys():
+            value = r.get("numerics")
+            key = value if isinstance(value, str) else "unrecorded"
+            counts[key] = counts.get(key, 0) + 1
+    if len(counts) == 1 and "unrecorded" not in counts:
+        return next(iter(counts))
+    return "; ".join(f"{k} ({n} run{'s' if n != 1 else ''})" for k, n in counts.items()) or None
 
 
 def run_points(scenario: Scenario, points: list[dict[str, Any]], out_dir: str | Path, *,
@@ -516,20 +526,22 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
             todo.append(idx)
             if reason and reason != "not run yet":
                 why[reason] = why.get(reason, 0) + 1
-    machine = numerics((options or {}).get("device")) if backend else None
-    kept = len(points) - len(todo)
-    before = _recorded_numerics(out) if resume and kept and machine else None
-    if before is not None and before != machine:  # a kept run's rounding is another machine's
-        print(f"resume: {kept} kept runs were replayed with {before}; this machine's: {machine} (their numbers "
-              "may differ by a few test samples; --force reruns them here)", file=sys.stderr)
-        machine = before if not todo else f"{before} (the {kept} runs kept by --resume), {machine} (the others)"
     prepare_folder(folder, str(scenario.base["name"]), {p["_id"]: point_hash(p) for p in points},
                    {points[i]["_id"] for i in todo}, backend, traces, keep_others)
-    folder.write("scenario.json", json.dumps(
-        {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
-         "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
-         "points": [p["_id"] for p in points],
-         **({"numerics": machine} if machine else {})}, indent=1).encode())
+    info = {"path": scenario.path, "name": scenario.base["name"], "axes": scenario.axes,
+            "target_error": scenario.base["workload"]["target_error"], "base": scenario.base,
+            "points": [p["_id"] for p in points]}
+    folder.write("scenario.json", json.dumps(info, indent=1).encode())
+    kept = [r for r in records if r is not None]
+    if kept and backend and executor == "local":  # (Dask's workers are other machines: their own record)
+        here = numerics((options or {}).get("device"))
+        other: dict[str, int] = {}
+        for r in kept:
+            if isinstance(r.get("numerics"), str) and r["numerics"] != here:
+                other[r["numerics"]] = other.get(r["numerics"], 0) + 1
+        for there, n in other.items():  # a kept run's rounding is another machine's
+            print(f"resume: {n} of the kept runs were replayed with {there}; this machine's: {here} (their numbers "
+                  "may differ by a few test samples; run without --resume to rerun them here)", file=sys.stderr)
     if resume and progress and (len(todo) < len(points) or why):
         detail = "; ".join(f"{n} {r}" for r, n in sorted(why.items()))
         print(f"resume: kept {len(points) - len(todo)}, running {len(todo)}" + (f" (recomputed: {detail})"
@@ -588,6 +600,8 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
     bar.close()
     done = [r for r in records if r is not None]
     write_tables(out, done)
+    if (machines := folder_numerics(done)) is not None:  # what the replays' rounding depended on
+        folder.write("scenario.json", json.dumps({**info, "numerics": machines}, indent=1).encode())
     return done
 
 

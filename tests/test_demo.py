@@ -77,24 +77,58 @@ def test_readme_demo_runs_end_to_end(demo) -> None:
     assert len(read_csv(out / "curves.csv")) >= 72 * 3 * 20
 
 
-def assert_same_but_rounding(note: str, run: str) -> None:
-    """The note made on another machine (other CPU kernels: another rounding of the same
-    draws) and this run agree in every line but the machine's, and in every table cell but the
-    final error and the time to the target; a final error of a configuration that learned
-    within 2 points (7 of the 360 test samples), docs/demo.md's statement of what differs."""
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+POINTS = 2.0  # 7 of the 360 test samples, in points of test error
+
+
+def same_but_rounding(note: str, run: str) -> list[str]:
+    """How a note made on another machine (other CPU kernels: another rounding of the same
+    draws) and this run disagree beyond what docs/demo.md says rounding may change: every line
+    the same with its numbers masked, but the note's statement of its machine; every table cell
+    the same but the final error (mean and the seeds' range within POINTS where every seed
+    learned, unchecked where none did) and the seconds to the target (its count of seeds the
+    same); a percentage elsewhere (the findings) within POINTS, seconds unchecked."""
+    wrong = []
     a, b = note.splitlines(), run.splitlines()
-    assert len(a) == len(b)
+    if len(a) != len(b):
+        return [f"{len(a)} lines against {len(b)}"]
     for x, y in zip(a, b):
-        if x.startswith("Replayed with "):
-            assert y.startswith("Replayed with ")
-        elif x.startswith("| ") and not x.startswith("| protocol"):
+        if x.startswith("Replayed with ") and y.startswith("Replayed with "):
+            continue
+        if NUMBER.sub("#", x) != NUMBER.sub("#", y):
+            wrong.append(f"{x!r} / {y!r}")
+            continue
+        if x.startswith("| ") and not x.startswith("| protocol"):
             cx, cy = x.split(" | "), y.split(" | ")
-            assert len(cx) == len(cy) == 10 and cx[:7] == cy[:7] and cx[9] == cy[9], (x, y)
-            if cx[9].startswith("0 of"):
-                ex, ey = (float(c.split(" %")[0]) for c in (cx[7], cy[7]))
-                assert abs(ex - ey) <= 2.0, (x, y)
-        else:
-            assert x == y
+            if cx[:7] != cy[:7] or cx[9] != cy[9] or cx[8].split("(")[-1] != cy[8].split("(")[-1]:
+                wrong.append(f"{x!r} / {y!r}")
+            elif cx[9].startswith("0 of") and any(
+                    abs(float(u) - float(v)) > POINTS for u, v in zip(NUMBER.findall(cx[7]), NUMBER.findall(cy[7]))):
+                wrong.append(f"{x!r} / {y!r}: the final error beyond {POINTS} points")
+            continue
+        for u, v in zip(re.findall(r"(-?\d+(?:\.\d+)?)(?=(?:–-?\d+(?:\.\d+)?)? %)", x),
+                        re.findall(r"(-?\d+(?:\.\d+)?)(?=(?:–-?\d+(?:\.\d+)?)? %)", y)):
+            if abs(float(u) - float(v)) > POINTS:
+                wrong.append(f"{x!r} / {y!r}: {u} % against {v} %")
+                break
+    return wrong
+
+
+def test_the_rounding_tolerance_refuses_what_rounding_does_not_change() -> None:
+    # hand-made pairs: the note's row and this run's, one difference each
+    row = "| hardsync | either | 1 | 8 | 8 | 22.3 s | 0 | 4.0 % (3.5–4.4 %) | 3.69 s (3 of 3) | 0 of 3 |"
+    dead = "| async | constant | 30 | 8 | 240 | 0.749 s | 28.9 | 90.9 % (90.0–92.4 %) | never (0 of 3) | **3 of 3** |"
+    found = "* it brings it to 4.0–5.6 % (hardsync: 2.3–2.9 %) and takes 0.341–0.487 s."
+    note = "\n".join(["Replayed with torch 9, AVX512 CPU kernels, GenuineIntel x86_64 (see below).", row, dead, found])
+    ok = [("3.4 % (3.2–3.6 %) | 2.95 s (3 of 3)", "4.0 % (3.5–4.4 %) | 3.69 s (3 of 3)"),
+          ("89.2 % (88.6–89.8 %)", "90.9 % (90.0–92.4 %)"), ("4.5–5.6 %", "4.0–5.6 %"), ("0.3–0.5 s", "0.341–0.487 s")]
+    for theirs, ours in ok:
+        assert same_but_rounding(note.replace(ours, theirs), note) == [], theirs
+    bad = [("4.0 % (3.5–4.4 %)", "6.1 % (3.5–4.4 %)"), ("(3.5–4.4 %)", "(0.1–4.4 %)"), ("(3 of 3) | 0", "(2 of 3) | 0"),
+           ("3.69 s (3 of 3)", "never (0 of 3)"), ("**3 of 3**", "**2 of 3**"), ("4.0–5.6 %", "1.9–5.6 %"),
+           ("22.3 s", "22.4 s"), ("it brings", "it keeps"), ("Replayed with torch 9", "Replayed using torch 9")]
+    for ours, theirs in bad:
+        assert theirs != ours and same_but_rounding(note.replace(ours, theirs, 1), note), theirs
 
 
 def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
@@ -109,16 +143,17 @@ def test_docs_and_readme_quote_the_demo_as_it_runs(demo) -> None:
     stale = "stale: regenerate with python -m ddlsim.scenarios.demodoc"
     part, now = demodoc.current_part(note, demodoc.BEGIN, demodoc.END), demodoc.generated(results).rstrip("\n")
     assert results.numerics and results.numerics.startswith("torch ")  # the run recorded its machine
-    if demodoc.numerics_in(part) == results.numerics:
-        assert part == now, stale  # the machine the note was made on: the same numbers
-    else:
-        assert_same_but_rounding(part, now)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert demodoc.current_part(readme, demodoc.README_BEGIN, demodoc.README_END) == demodoc.readme_quote(results), \
-        stale
+    quote = demodoc.current_part(readme, demodoc.README_BEGIN, demodoc.README_END)
     printed = [line[2:] for line in proc.stdout.splitlines() if line.startswith("* ")]
-    assert printed and printed == demodoc.demo_findings(results)  # what the terminal said, the note says
-    assert all(f"* {f}" in note for f in printed)
+    assert printed and printed == demodoc.demo_findings(results)  # what the terminal said
+    if demodoc.numerics_in(part) == results.numerics:  # the machine the note was made on: the same numbers
+        assert part == now, stale
+        assert quote == demodoc.readme_quote(results), stale
+        assert all(f"* {f}" in note for f in printed)
+    else:  # another machine's note: the same but what rounding changes (docs/demo.md)
+        assert not (wrong := same_but_rounding(part, now)), f"{stale}: " + "; ".join(wrong[:3])
+        assert not (wrong := same_but_rounding(quote, demodoc.readme_quote(results))), f"{stale}: {wrong}"
 
 
 def test_advise_by_successive_halving_is_within_two_test_samples_of_the_best(demo, tmp_path: Path) -> None:

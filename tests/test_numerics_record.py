@@ -1,8 +1,9 @@
-"""A results folder records what its replays' rounding depended on: scenario.json's "numerics"
-(backends.device.numerics), written whenever a backend runs, absent for simulate-only runs,
-exposed as Results.numerics; --resume over runs kept from another machine says so on stderr and
-records both. Truths: torch's own version and CPU capability, platform.machine(), and a
-hand-edited scenario.json."""
+"""A results folder records what its replays' rounding depended on: each run's result.json
+its ``numerics`` (backends.device.numerics, computed where the run ran), scenario.json what the
+folder's backend results were computed with (one string, or each with its count of runs),
+absent for simulate-only runs, exposed as Results.numerics; --resume over runs kept from
+another machine says so on stderr. Truths: torch's own version and CPU capability,
+platform.machine(), and result.json files rewritten by hand as another machine's."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 
 from ddlsim.analysis.results import load_results
 from ddlsim.backends.device import numerics
+from ddlsim.scenarios.runner import store_result
 
 # one point (hardsync, 2 learners, 1 epoch of digits on the MLP): a replay of about a second
 TINY = """
@@ -58,7 +60,7 @@ def scenario_json(out: Path) -> dict:
 
 
 def mismatch_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if " kept runs were replayed with " in line]
+    return [line for line in err.splitlines() if " of the kept runs were replayed with " in line]
 
 
 @pytest.fixture(scope="module")
@@ -96,37 +98,65 @@ def test_a_simulate_only_run_records_no_numerics(tiny: Path, tmp_path: Path):
     assert load_results(out).numerics is None
 
 
+def replayed_elsewhere(out: Path, numerics_there: str | None) -> None:
+    """Every run in ``out`` as if replayed on another machine: its result.json's ``numerics``
+    set (None: removed, a result of an earlier ddlsim), stored with its checksum as the runner does."""
+    for path in (out / "runs").glob("*/result.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record.pop("checksum")
+        record.pop("numerics", None)
+        if numerics_there is not None:
+            record["numerics"] = numerics_there
+        store_result(out, record)
+
+
+def test_each_run_records_the_numerics_it_was_replayed_with(replayed: Path):
+    (path,) = (replayed / "runs").glob("*/result.json")
+    assert json.loads(path.read_text(encoding="utf-8"))["numerics"] == numerics("cpu")
+
+
 def test_resume_over_a_run_kept_from_elsewhere_says_so_and_records_both(tiny: Path, replayed: Path, tmp_path: Path):
     out = tmp_path / "out"
     shutil.copytree(replayed, out)
-    info = scenario_json(out)
-    info["numerics"] = ELSEWHERE
-    (out / "scenario.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    replayed_elsewhere(out, ELSEWHERE)
     here = numerics("cpu")
     # a second replicate: the one run there is kept, one more runs here (--quiet hides "resume: kept
     # 1, running 1", not the line on the numerics)
     done = run(tiny, out, "--resume", "--set", "replicates=2")
     (line,) = mismatch_lines(done.stderr)
-    assert line.startswith(f"resume: 1 kept runs were replayed with {ELSEWHERE}; this machine's: {here}")
-    both = f"{ELSEWHERE} (the 1 runs kept by --resume), {here} (the others)"
+    assert line.startswith(f"resume: 1 of the kept runs were replayed with {ELSEWHERE}; this machine's: {here}")
+    assert "run without --resume to rerun them here" in line
+    both = f"{ELSEWHERE} (1 run); {here} (1 run)"
     after = scenario_json(out)
-    assert after["numerics"] == both
-    assert after["name"] == info["name"] and len(after["points"]) == 2  # the rest is this sweep's
+    assert after["numerics"] == both and len(after["points"]) == 2
     assert len(list((out / "runs").iterdir())) == 2  # the kept run and the one replayed here
     assert load_results(out).numerics == both
+    # resumed again here, with a third replicate: still one run from elsewhere, no nesting
+    done = run(tiny, out, "--resume", "--set", "replicates=3")
+    (line,) = mismatch_lines(done.stderr)
+    assert line.startswith(f"resume: 1 of the kept runs were replayed with {ELSEWHERE}; ")
+    assert scenario_json(out)["numerics"] == f"{ELSEWHERE} (1 run); {here} (2 runs)"
 
 
 def test_resume_with_every_run_kept_from_another_machine_keeps_their_record(tiny: Path, replayed: Path, tmp_path: Path):
     out = tmp_path / "out"
     shutil.copytree(replayed, out)
-    info = scenario_json(out)
-    info["numerics"] = ELSEWHERE
-    (out / "scenario.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
-    here = numerics("cpu")
+    replayed_elsewhere(out, ELSEWHERE)
     done = run(tiny, out, "--resume")
     (line,) = mismatch_lines(done.stderr)
-    assert line.startswith(f"resume: 1 kept runs were replayed with {ELSEWHERE}; this machine's: {here}")
+    assert line.startswith(f"resume: 1 of the kept runs were replayed with {ELSEWHERE}; this machine's: ")
     assert scenario_json(out)["numerics"] == ELSEWHERE  # nothing was replayed here
+
+
+def test_resume_over_runs_without_a_record_does_not_claim_this_machine(tiny: Path, replayed: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    shutil.copytree(replayed, out)
+    replayed_elsewhere(out, None)  # a results folder of an earlier ddlsim
+    done = run(tiny, out, "--resume")
+    assert mismatch_lines(done.stderr) == []
+    assert scenario_json(out)["numerics"] == "unrecorded (1 run)"
+    done = run(tiny, out, "--resume", "--set", "replicates=2")
+    assert scenario_json(out)["numerics"] == f"unrecorded (1 run); {numerics('cpu')} (1 run)"
 
 
 def test_resume_on_the_same_numerics_says_nothing_of_them(tiny: Path, replayed: Path, tmp_path: Path):

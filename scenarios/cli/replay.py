@@ -76,7 +76,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         row.update({"error": None, "wall_s": time.perf_counter() - t0})
         record = {"hash": trace.header.get("run_id", ""), "row": row,
                   "curves": [{"run_id": point["_id"], **c} for c in result.curves],
-                  "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)]}
+                  "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)], "numerics": numerics(args.device)}
         folder.write("scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
                                                   "target_error": point["workload"]["target_error"],
                                                   "numerics": numerics(args.device)}))
