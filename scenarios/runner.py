@@ -468,6 +468,9 @@ def run_sweep(scenario: Scenario, out_dir: str | Path, **kw: Any) -> list[dict[s
     return run_points(scenario, scenario.points(), out_dir, **kw)
 
 
+_SAID_NUMERICS: set[tuple[str, str, int]] = set()  # (folder, numerics, runs) a resume has named in this process
+
+
 def folder_numerics(records: list[dict[str, Any]]) -> str | None:
     """What the backend results among ``records`` were computed with (each record's
     ``numerics``, written where it ran): the one string when they agree, else each with its
@@ -539,7 +542,10 @@ def _run_points_in(folder: ResultsFolder, scenario: Scenario, points: list[dict[
         for r in kept:
             if isinstance(r.get("numerics"), str) and r["numerics"] != here:
                 other[r["numerics"]] = other.get(r["numerics"], 0) + 1
-        for there, n in other.items():  # a kept run's rounding is another machine's
+        for there, n in other.items():  # a kept run's rounding is another machine's (said once a process)
+            if (str(out), there, n) in _SAID_NUMERICS:
+                continue
+            _SAID_NUMERICS.add((str(out), there, n))
             print(f"resume: {n} of the kept runs were replayed with {there}; this machine's: {here} (their numbers "
                   "may differ by a few test samples; run without --resume to rerun them here)", file=sys.stderr)
     if resume and progress and (len(todo) < len(points) or why):

@@ -177,3 +177,19 @@ def test_ddlsim_replay_of_one_trace_records_this_machines_numerics(tiny: Path, t
     done = ddlsim("replay", trace, "--scenario", tiny, "--out", out, "--device", "cpu", "--no-report")
     assert done.returncode == 0, done.stderr
     assert scenario_json(out)["numerics"] == numerics("cpu") == load_results(out).numerics
+
+
+def test_resuming_one_folder_twice_in_a_process_names_the_other_machine_once(tiny: Path, replayed: Path,
+                                                                              tmp_path: Path, capsys) -> None:
+    # advise resumes its folder once a rung: the line is said once, not once a rung
+    from ddlsim.scenarios.load import load
+    from ddlsim.scenarios.runner import run_points
+
+    out = tmp_path / "out"
+    shutil.copytree(replayed, out)
+    replayed_elsewhere(out, ELSEWHERE)
+    scenario = load(tiny)
+    for _ in range(2):
+        run_points(scenario, scenario.points(), out, backend="replay", options={"device": "cpu"}, resume=True,
+                   progress=False)
+    assert len(mismatch_lines(capsys.readouterr().err)) == 1
