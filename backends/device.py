@@ -50,7 +50,6 @@ def torch_threads(threads: int | None) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
-
 @lru_cache(maxsize=8)
 def numerics(device: str | None = None) -> str:
     """What a replay's floating-point rounding depends on besides the scenario and its seeds:

@@ -88,12 +88,14 @@ def same_but_rounding(note: str, run: str) -> list[str]:
     the same but the final error (mean and the seeds' range within POINTS where every seed
     learned, unchecked where none did) and the seconds to the target (its count of seeds the
     same); a percentage elsewhere (the findings) within POINTS, seconds unchecked."""
+    from ddlsim.scenarios import demodoc
+
     wrong = []
     a, b = note.splitlines(), run.splitlines()
     if len(a) != len(b):
         return [f"{len(a)} lines against {len(b)}"]
     for x, y in zip(a, b):
-        if x.startswith("Replayed with ") and y.startswith("Replayed with "):
+        if x.startswith(demodoc.NUMERICS) and y.startswith(demodoc.NUMERICS):
             continue
         if NUMBER.sub("#", x) != NUMBER.sub("#", y):
             wrong.append(f"{x!r} / {y!r}")

@@ -17,7 +17,7 @@ from ...simulator.results_folder import ResultsFolder
 from ...simulator.stats import staleness_histogram, staleness_stats
 from ..bundled import resolve_scenario
 from ..load import load, point_hash, recorded_point
-from ..runner import lead_values, prepare_folder, staleness_csv, store_result, write_tables
+from ..runner import folder_numerics, lead_values, prepare_folder, staleness_csv, store_result, write_tables
 from ..schema import ScenarioError
 from .common import safe_name
 
@@ -79,7 +79,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   "evals": [list(te) for te in trace_io.eval_schedule(trace.ops)], "numerics": numerics(args.device)}
         folder.write("scenario.json", json.dumps({"name": point.get("name", "replay"), "points": [point["_id"]],
                                                   "target_error": point["workload"]["target_error"],
-                                                  "numerics": numerics(args.device)}))
+                                                  "numerics": folder_numerics([record])}))
         folder.write(f"runs/{point['_id']}/staleness.csv", staleness_csv(staleness_histogram(trace)))
         store_result(out, record)
         write_tables(out, [record])
