@@ -85,6 +85,15 @@ STALL_START, STALL_END = 0, 1
 WALK_T, WALK_LEFT = 6, 7
 
 
+ix = np.uint64
+"""``a[ix(k)]``: index ``a`` with ``k`` known to be ≥ 0. numba gives a signed index Python's
+meaning (``k + len(a)`` when ``k < 0``): a compare, a select and a load of the length at every
+access, which LLVM drops only where it proves ``k ≥ 0``, rarely for an index read from an array
+(a learner from the heap, a row counter). An unsigned index is used as it is: on the PS kernel's
+event loop, about a third of its time (benchmarks/simulator.py, paired). Only for indices the
+kernel's invariants keep ≥ 0; never in arithmetic (numba computes int64 with uint64 in floats)."""
+
+
 @kernel
 def transfer_time(nbytes: float, bandwidth: float) -> float:
     """:func:`.collectives.transfer_time`: ``nbytes / bandwidth``, 0 on a free link."""
@@ -166,15 +175,15 @@ def heap_push(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int, t: float, 
     pos = n
     while pos > 0:
         parent = (pos - 1) >> 1
-        if ht[parent] < t or (ht[parent] == t and hk[parent] < key):
+        if ht[ix(parent)] < t or (ht[ix(parent)] == t and hk[ix(parent)] < key):
             break
-        ht[pos] = ht[parent]
-        hk[pos] = hk[parent]
-        hs[pos] = hs[parent]
+        ht[ix(pos)] = ht[ix(parent)]
+        hk[ix(pos)] = hk[ix(parent)]
+        hs[ix(pos)] = hs[ix(parent)]
         pos = parent
-    ht[pos] = t
-    hk[pos] = key
-    hs[pos] = slot
+    ht[ix(pos)] = t
+    hk[ix(pos)] = key
+    hs[ix(pos)] = slot
     return n + 1
 
 
@@ -182,24 +191,26 @@ def heap_push(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int, t: float, 
 def heap_pop(ht: np.ndarray, hk: np.ndarray, hs: np.ndarray, n: int) -> int:
     """Remove the root (the caller read it first); return the new size."""
     last = n - 1
-    t, key, slot = ht[last], hk[last], hs[last]
+    t, key, slot = ht[ix(last)], hk[ix(last)], hs[ix(last)]
     pos = 0
     while True:
         child = 2 * pos + 1
         if child >= last:
             break
         right = child + 1
-        if right < last and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
-            child = right
-        if t < ht[child] or (t == ht[child] and key < hk[child]):
+        if right < last:
+            tr, tc = ht[ix(right)], ht[ix(child)]
+            if tr < tc or (tr == tc and hk[ix(right)] < hk[ix(child)]):
+                child = right
+        if t < ht[ix(child)] or (t == ht[ix(child)] and key < hk[ix(child)]):
             break
-        ht[pos] = ht[child]
-        hk[pos] = hk[child]
-        hs[pos] = hs[child]
+        ht[ix(pos)] = ht[ix(child)]
+        hk[ix(pos)] = hk[ix(child)]
+        hs[ix(pos)] = hs[ix(child)]
         pos = child
-    ht[pos] = t
-    hk[pos] = key
-    hs[pos] = slot
+    ht[ix(pos)] = t
+    hk[ix(pos)] = key
+    hs[ix(pos)] = slot
     return last
 
 

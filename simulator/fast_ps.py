@@ -48,7 +48,7 @@ from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .dataorder import ShardLayout
 from .fast_core import (DONE, FIFO_FIELDS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, STALL_START,
                         WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
-                        heap_push, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
+                        heap_push, ix, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
                         stall_state, walk_stalls)
 from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim_id
 from .protocols import ps as ps_rules
@@ -154,13 +154,14 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     while True:
         if st[ST_RESUME]:  # a minibatch whose stall walk ran out of draws: resume it
             i = st[ST_RESUME] - 1
+            u = ix(i)
             end = walk_stalls(i, fst[WALK_T], fst[WALK_LEFT], stall, sdraw, spos, slen, scale_gap, scale_len, fst)
             if end < 0.0:
                 st[ST_NEED] = i
                 return NEED_STALL
             if B > 1:  # the bucket being walked is ready; walk the rest
                 b = st[ST_RESUME_B]
-                bmark[i, b] = end
+                bmark[u, b] = end
                 work = fst[FS_RESUME_WORK]
                 b = _marks(i, b + 1, end, work * produced[b] if b < B - 1 else work, work, produced, bmark,
                            stall, sdraw, spos, slen, scale_gap, scale_len, fst)
@@ -176,12 +177,13 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             _started(st, ev_i, ev_f, ht, hk, hs, i, st[ST_RESUME_K], fst[FS_RESUME_T], fst[FS_RESUME_NOW], end)
         # 1. learners released by the last event start their next minibatch (a pull each)
         while st[ST_PEND_HEAD] < st[ST_PEND_TAIL]:
-            i = pend[st[ST_PEND_HEAD] % lam]
+            i = pend[ix(st[ST_PEND_HEAD] % lam)]
+            u = ix(i)
             if st[ST_ISSUED] < total:  # assign() would issue work: its draws must be there first
-                if wpos[i] >= wlen[i]:
+                if wpos[u] >= wlen[u]:
                     st[ST_NEED] = i
                     return NEED_WORK
-                if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
+                if stall[u, 0] != math.inf and slen[u] - spos[u] < STALL_MARGIN:
                     st[ST_NEED] = i
                     return NEED_STALL
                 if B > 1 and adraw.shape[0] - st[ST_APPLY_POS] < S:  # a bucketed learner draws its applies now
@@ -209,10 +211,10 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             st[ST_ISSUED] += 1
             if grp > 1:
                 agg_inflight[i // grp] += 1
-            k = batches[i]
-            batches[i] = k + 1
-            work = wdraw[i, wpos[i]]
-            wpos[i] += 1
+            k = batches[u]
+            batches[u] = k + 1
+            work = wdraw[u, ix(wpos[u])]
+            wpos[u] += 1
             fst[FS_COMPUTE] += work
             if B > 1:  # PSRun._start with buckets: each leaves when backward has produced it
                 fst[FS_RESUME_WORK] = work
@@ -236,8 +238,9 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         if st[ST_HEAP] == 0:
             return DONE
         i = hs[0]
+        u = ix(i)
         if adraw.shape[0] - st[ST_APPLY_POS] < S and (  # the event draws its applies: they must be there
-                (i < lam and B == 1 and grp == 1 and ev_i[i, 0] == SEND)
+                (i < lam and B == 1 and grp == 1 and ev_i[u, 0] == SEND)
                 or (i >= lam and grp > 1 and agg_state[i - lam] == FORWARD)):
             return NEED_APPLY
         now = ht[0]
@@ -292,26 +295,26 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             else:
                 _bucket_at_server(x // (B - 1), bshare[x % (B - 1)], now, tx, lat, S, link_in, queue, bapply, bdone)
             continue
-        if ev_i[i, 0] == LEAVE:  # the gradient (its last bucket) left the node: to every shard
+        if ev_i[u, 0] == LEAVE:  # the gradient (its last bucket) left the node: to every shard
             done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
-            if done < bdone[i]:
-                done = bdone[i]
+            if done < bdone[u]:
+                done = bdone[u]
             delay = done - now
             if delay < 0.0:
                 delay = 0.0
-            ev_i[i, 0] = PROCESSED
+            ev_i[u, 0] = PROCESSED
             st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
             st[ST_COUNTER] += 1
             continue
-        j = ev_i[i, 1]
-        if ev_i[i, 0] == SEND:
-            k = ev_i[i, 2]
+        j = ev_i[u, 1]
+        if ev_i[u, 0] == SEND:
+            k = ev_i[u, 2]
             if layout == 1:
                 start = slice_start(k, i, lam, mu)
             else:
                 start = shard_start(k, i, mu, N, shard_len, per_epoch)
             n = st[ST_OPS]
-            r = n - st[ST_OPS_BASE]
+            r = ix(n - st[ST_OPS_BASE])
             kind[r] = GRAD
             node[r] = i
             src_node[r] = 0
@@ -319,7 +322,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             sample_start[r] = start
             batch_size[r] = mu
             batch_index[r] = k
-            t_start[r] = ev_f[i]
+            t_start[r] = ev_f[u]
             t_end[r] = now
             epoch[r] = st[ST_SAMPLES] / N
             st[ST_OPS] = n + 1
@@ -340,27 +343,27 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                 continue
             if g > 1:  # PSRun._push_shared: through the node's NIC out first
                 if B == 1:  # the whole gradient, its apply draws taken now
-                    bdone[i] = 0.0
+                    bdone[u] = 0.0
                     for s in range(S):
-                        bapply[i, s] = adraw[st[ST_APPLY_POS]]
+                        bapply[u, s] = adraw[st[ST_APPLY_POS]]
                         st[ST_APPLY_POS] += 1
-                ev_i[i, 0] = LEAVE
-                ev_i[i, 3] = n
+                ev_i[u, 0] = LEAVE
+                ev_i[u, 3] = n
                 delay = _leave_delay(node_links, i // g, now, node_tx * bshare[B - 1])
                 st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
                 st[ST_COUNTER] += 1
                 continue
             if B > 1:  # the last bucket; the push is processed when every bucket is
                 done = _bucket_at_server(i, bshare[B - 1], now, tx, lat, S, link_in, queue, bapply, bdone)
-                if done < bdone[i]:
-                    done = bdone[i]
+                if done < bdone[u]:
+                    done = bdone[u]
             else:
                 done = _push(st, now, tx, lat, S, link_in, queue, adraw)
             delay = done - now
             if delay < 0.0:
                 delay = 0.0
-            ev_i[i, 0] = PROCESSED
-            ev_i[i, 3] = n
+            ev_i[u, 0] = PROCESSED
+            ev_i[u, 3] = n
             st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], i)
             st[ST_COUNTER] += 1
             continue
@@ -368,9 +371,10 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         fst[FS_END] = now
         fst[FS_NOW] = now
         n_acc = st[ST_ACC]
-        acc[n_acc, 0] = ev_i[i, 3]
-        acc[n_acc, 1] = j
-        acc[n_acc, 2] = mu
+        at = ix(n_acc)
+        acc[at, 0] = ev_i[u, 3]
+        acc[at, 1] = j
+        acc[at, 2] = mu
         st[ST_ACC] = n_acc + 1
         st[ST_PROCESSED] += 1
         if bound >= 0:
@@ -388,7 +392,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             one[0] = i
             _release_many(one, 1, st[ST_SLOWEST] + bound, done_clock, waiting, ready, pend, st)
         else:
-            pend[st[ST_PEND_TAIL] % lam] = i
+            pend[ix(st[ST_PEND_TAIL] % lam)] = i
             st[ST_PEND_TAIL] += 1
 
 
@@ -433,8 +437,9 @@ def _plain_kernel_for(rows: bool) -> Any:
         while True:
             # 1. learners released by the last event start their next minibatch (a pull each)
             while head < tail:
-                i = pend[hpos]
-                if issued < total and wpos[i] >= wlen[i]:  # assign() would issue work: its draws first
+                i = pend[ix(hpos)]
+                u = ix(i)
+                if issued < total and wpos[u] >= wlen[u]:  # assign() would issue work: its draws first
                     st[ST_NEED] = i
                     status = NEED_WORK
                     break
@@ -451,18 +456,18 @@ def _plain_kernel_for(rows: bool) -> Any:
                 if issued >= total:
                     continue
                 issued += 1
-                k = batches[i]
-                batches[i] = k + 1
-                work = wdraw[i, wpos[i]]
-                wpos[i] += 1
+                k = batches[u]
+                batches[u] = k + 1
+                work = wdraw[u, ix(wpos[u])]
+                wpos[u] += 1
                 compute += work
                 delay = t + work - now_pull
                 if delay < 0.0:
                     delay = 0.0
-                ev_i[i, 0] = SEND
-                ev_i[i, 1] = v_now
-                ev_i[i, 2] = k
-                ev_f[i] = t
+                ev_i[u, 0] = SEND
+                ev_i[u, 1] = v_now
+                ev_i[u, 2] = k
+                ev_f[u] = t
                 n_heap = heap_push(ht, hk, hs, n_heap, now_pull + delay, counter, i)
                 counter += 1
             if status != DONE:
@@ -474,16 +479,17 @@ def _plain_kernel_for(rows: bool) -> Any:
             if n_heap == 0:
                 break
             i = hs[0]
-            what = ev_i[i, 0]
+            u = ix(i)
+            what = ev_i[u, 0]
             if apos > apply_room and what == SEND:  # the send draws its applies
                 status = NEED_APPLY
                 break
             now = ht[0]
             n_heap = heap_pop(ht, hk, hs, n_heap)
-            j = ev_i[i, 1]
+            j = ev_i[u, 1]
             if what == SEND:
-                k = ev_i[i, 2]
-                r = ops - ops_base
+                k = ev_i[u, 2]
+                r = ix(ops - ops_base)
                 kind[r] = GRAD
                 if rows:
                     if layout == 1:
@@ -496,7 +502,7 @@ def _plain_kernel_for(rows: bool) -> Any:
                     sample_start[r] = start
                     batch_size[r] = mu
                     batch_index[r] = k
-                    t_start[r] = ev_f[i]
+                    t_start[r] = ev_f[u]
                     t_end[r] = now
                     epoch[r] = ep_now
                 n = ops
@@ -505,23 +511,24 @@ def _plain_kernel_for(rows: bool) -> Any:
                 done = 0.0  # _push
                 for s in range(S):
                     arrive = reserve(link_in, s, now, tx) + lat
-                    e = reserve(queue, s, arrive, adraw[apos])
+                    e = reserve(queue, s, arrive, adraw[ix(apos)])
                     apos += 1
                     if s == 0 or e > done:
                         done = e
                 delay = done - now
                 if delay < 0.0:
                     delay = 0.0
-                ev_i[i, 0] = PROCESSED
-                ev_i[i, 3] = n
+                ev_i[u, 0] = PROCESSED
+                ev_i[u, 3] = n
                 n_heap = heap_push(ht, hk, hs, n_heap, now + delay, counter, i)
                 counter += 1
                 continue
             # PROCESSED: the core's push
             now_pull = now
-            acc[n_acc, 0] = ev_i[i, 3]
-            acc[n_acc, 1] = j
-            acc[n_acc, 2] = mu
+            a = ix(n_acc)
+            acc[a, 0] = ev_i[u, 3]
+            acc[a, 1] = j
+            acc[a, 2] = mu
             n_acc += 1
             processed += 1
             if _update_due(n_acc, c, processed, total):  # _apply, on the locals
@@ -539,7 +546,7 @@ def _plain_kernel_for(rows: bool) -> Any:
                     _eval(st, v_now, now, ep, kind, node, version, t_start, t_end, epoch)
                     ops = st[ST_OPS]
                     last_kind = EVAL
-            pend[tpos] = i  # who pulls next
+            pend[ix(tpos)] = i  # who pulls next
             tail += 1
             tpos += 1
             if tpos == lam:
