@@ -737,23 +737,24 @@ def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: i
             total += acc[x, 2]
         samples += total
     ep = samples / N
-    kind[row] = APPLY
+    r = ix(row)
+    kind[r] = APPLY
     if rows:
-        node[row] = 0
-        version[row] = v
-        in_start[row] = base
-        in_count[row] = n
-        t_start[row] = t
-        t_end[row] = t
-        epoch[row] = ep
+        node[r] = 0
+        version[r] = v
+        in_start[r] = base
+        in_count[r] = n
+        t_start[r] = t
+        t_end[r] = t
+        epoch[r] = ep
         w = 1.0 if n == 1 else _group_weight(n)
         for x in range(n):
-            in_grad[b + x] = acc[x, 0]
-            in_stale[b + x] = v - acc[x, 1]
-            in_weight[b + x] = w
+            in_grad[ix(b + x)] = acc[x, 0]
+            in_stale[ix(b + x)] = v - acc[x, 1]
+            in_weight[ix(b + x)] = w
     else:
         for x in range(n):
-            in_stale[b + x] = v - acc[x, 1]
+            in_stale[ix(b + x)] = v - acc[x, 1]
     return samples, ep
 
 
@@ -782,7 +783,7 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
 @kernel
 def _eval(st: np.ndarray, v: int, t: float, ep: float, kind: np.ndarray, node: np.ndarray,
           version: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, epoch: np.ndarray) -> None:
-    row = st[ST_OPS] - st[ST_OPS_BASE]
+    row = ix(st[ST_OPS] - st[ST_OPS_BASE])
     kind[row] = EVAL
     node[row] = 0
     version[row] = v
@@ -877,7 +878,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
                 ops["in_count"], inputs["grad_op"], inputs["weight"], inputs["staleness"])
 
     cols = cols_of(ops, inputs)
-    _eval(st, 0, 0.0, 0.0, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10])  # PSCore.begin
+    _eval(st, 0, 0.0, 0.0, ops["kind"], ops["node"], ops["version"], ops["t_start"], ops["t_end"],
+          ops["epoch"])  # PSCore.begin
     fifo = lambda: np.zeros((S, FIFO_FIELDS))  # noqa: E731
     link_in, link_out, queue = fifo(), fifo(), fifo()
     A = math.ceil(lam / grp) if grp > 1 else 0  # aggregators
@@ -932,11 +934,12 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     end_time = float(fst[FS_END])
     # PSCore.finish: a last partial group, then the final eval
     if st[ST_ACC] > 0:
-        _apply(st, fst, ip, acc, end_time, cad.every, cols[0], cols[1], cols[2], cols[8], cols[9], cols[10],
-               cols[11], cols[12], cols[13], cols[14], cols[15])
+        _apply(st, fst, ip, acc, end_time, cad.every, ops["kind"], ops["node"], ops["version"], ops["t_start"],
+               ops["t_end"], ops["epoch"], ops["in_start"], ops["in_count"], inputs["grad_op"], inputs["weight"],
+               inputs["staleness"])
     if st[ST_LAST_KIND] != EVAL:
-        _eval(st, int(st[ST_VERSION]), end_time, st[ST_SAMPLES] / N, cols[0], cols[1], cols[2], cols[8], cols[9],
-              cols[10])
+        _eval(st, int(st[ST_VERSION]), end_time, st[ST_SAMPLES] / N, ops["kind"], ops["node"], ops["version"],
+              ops["t_start"], ops["t_end"], ops["epoch"])
     trace = None
     if keep_trace:  # (the buffers hold the whole run: they were grown, never flushed)
         n_ops, n_in = int(st[ST_OPS]), int(st[ST_INPUTS])
