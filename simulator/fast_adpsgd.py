@@ -11,8 +11,8 @@ the passive node averages on arrival and answers with its pre-average state; the
 averages on the answer and applies its gradient once it is computed (σ = mixes by others
 between read and apply). A node's next iteration is the last thing its handler starts, so
 the kernel starts it at the top of its loop. Message kinds ride in the message's iteration
-field (request 0, reply 1). tests/test_fast_gossip.py holds it byte for byte to the SimPy
-engine on a property grid. The candidates, picks, coefficients and σ are
+field, ``MI_ITER`` (request 0, reply 1). tests/test_fast_gossip.py holds it byte for byte to
+the SimPy engine on a property grid. The candidates, picks, coefficients and σ are
 :mod:`.protocols.gossip_rules`' (:class:`~.protocols.gossip_rules.ADPSGDRules`' tables).
 """
 
@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes
-from .fast_nodes import (DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter, grad_row,
-                         mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .fast_nodes import (C_GRAD_OP, C_KIND, DONE, ENTER, FP_EVERY, FS_BLOCKED, FS_NOW, IP_CAD_END, IP_GPUS_PER_NODE,
+                         IP_K, IP_MU, IP_N, IP_PER_EPOCH, IP_SHARD_LEN, IP_SPE, MF_SENT, MI_DST, MI_ITER, MI_SRC,
+                         MI_SRC_VERSION, MI_STATE, NEED_POOL, NEED_ROWS, NEED_STALL, ST_FREE, ST_HEAP, ST_NEED,
+                         ST_PEND_HEAD, ST_PEND_TAIL, WALK_RESUME, apply_row, draws_short, enter, grad_row, mix_row,
+                         queue_begin, release, rows_short, send, start_compute)
+from .fast_core import heap_pop, kernel, numba
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -50,20 +53,21 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
     ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`. Node i's candidates:
     ``c_idx[c_ptr[i]:c_ptr[i + 1]]`` (none: a passive node); its pick at iteration k
     ``picks[i, k]``."""
-    n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    every = fp[4]
-    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
+    n, mu, spe, K = ip[IP_N], ip[IP_MU], ip[IP_SPE], ip[IP_K]
+    shard_len, per_epoch, g, cad_end = ip[IP_SHARD_LEN], ip[IP_PER_EPOCH], ip[IP_GPUS_PER_NODE], ip[IP_CAD_END]
+    every = fp[FP_EVERY]
+    n_ops, n_inputs = cols[C_KIND].shape[0], cols[C_GRAD_OP].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # ADPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
-        while st[13] < st[14]:
-            i = pend[st[13] % n]
-            if walk[i, 0] == 0.0:  # (1: a stall walk to resume; the rest is done)
+        while st[ST_PEND_HEAD] < st[ST_PEND_TAIL]:
+            i = pend[st[ST_PEND_HEAD] % n]
+            if walk[i, WALK_RESUME] == 0.0:  # (1: a stall walk to resume; the rest is done)
                 short = draws_short(i, wpos, wlen, stall, spos, slen, st)
                 if short:
                     return short
                 active = c_ptr[i + 1] > c_ptr[i]
-                if active and st[12] < 1:
-                    st[10] = i
+                if active and st[ST_FREE] < 1:
+                    st[ST_NEED] = i
                     return NEED_POOL
                 t = pend_t[i]
                 k = it[i]
@@ -79,19 +83,19 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                     averaged[i] = 1
                 ev_k[i] = k
                 ev_v[i] = v
-            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
-                                 hk, hs):
-                st[10] = i
+            if not start_compute(i, pend_t[i], fst[FS_NOW], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk,
+                                 ht, hk, hs):
+                st[ST_NEED] = i
                 return NEED_STALL
-            st[13] += 1
-        if st[2] == 0:
+            st[ST_PEND_HEAD] += 1
+        if st[ST_HEAP] == 0:
             return DONE
         if rows_short(st, n_ops, n_inputs, 4):  # an event writes ≤ 3 ops
             return NEED_ROWS
         slot = hs[0]
         now = ht[0]
-        st[2] = _heap_pop(ht, hk, hs, st[2])
-        fst[4] = now
+        st[ST_HEAP] = heap_pop(ht, hk, hs, st[ST_HEAP])
+        fst[FS_NOW] = now
         if slot < n:  # ADPSGDRun._computed
             i = slot
             gop[i] = grad_row(st, cols, i, ev_k[i], ev_v[i], t_start[i], now, mu, spe, shard_len, per_epoch)
@@ -102,12 +106,12 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
                         pend_t)
             continue
         m = slot - n
-        if m_i[m, 5] == ENTER:
+        if m_i[m, MI_STATE] == ENTER:
             enter(st, m, now, n, links, m_i, m_f, ht, hk, hs)
             continue
-        dst, src, v, t_sent = m_i[m, 0], m_i[m, 2], m_i[m, 3], m_f[m, 1]
+        dst, src, v, t_sent = m_i[m, MI_DST], m_i[m, MI_SRC], m_i[m, MI_SRC_VERSION], m_f[m, MF_SENT]
         release(st, m, free)  # (the answer below takes this slot again)
-        if m_i[m, 1] == REQUEST:  # ADPSGDRun._request: the passive node averages and answers
+        if m_i[m, MI_ITER] == REQUEST:  # ADPSGDRun._request: the passive node averages and answers
             u = version[dst]
             mix_row(st, cols, dst, src, v, AVERAGE_COEF, AVERAGE_COEF, t_sent, now, version, spe)
             send(st, fst, fp, dst, src, REPLY, u, 0.0, now, n, g, links, m_i, m_f, free, ht, hk, hs)
@@ -116,7 +120,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
         mix_row(st, cols, dst, src, v, AVERAGE_COEF, AVERAGE_COEF, t_sent, now, version, spe)
         averaged[dst] = 1
         if computed[dst] == 1:
-            fst[2] += now - t_ready[dst]
+            fst[FS_BLOCKED] += now - t_ready[dst]
             _finish(dst, now, K, mu, spe, every, cad_end, st, fst, cols, c_ptr, it, read, gop, version, pend, pend_t)
 
 

@@ -26,14 +26,21 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
-                         grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .fast_nodes import (C_GRAD_OP, C_KIND, DELIVER, DONE, ENTER, FP_EVERY, FS_BLOCKED, FS_NOW, IP_CAD_END,
+                         IP_GPUS_PER_NODE, IP_K, IP_MU, IP_N, IP_PER_EPOCH, IP_SHARD_LEN, IP_SPE, MF_SENT, MI_DST,
+                         MI_ITER, MI_SRC, MI_SRC_VERSION, MI_STATE, NEED_POOL, NEED_ROWS, NEED_STALL, ST_FREE, ST_HEAP,
+                         ST_NEED, ST_PEND_HEAD, ST_PEND_TAIL, WALK_RESUME, apply_row, draws_short, enter, grad_row,
+                         mix_row, queue_begin, release, rows_short, send, start_compute)
+from .fast_core import heap_pop, kernel, numba
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
 
 NEED_RING = 5  # this kernel's own status code
+# this kernel's own parameters (int), ``gp``, indexed by these names only: blocking (0/1), phases, the rows
+# one event may write (rows_short's margin)
+GP_BLOCKING, GP_PHASES, GP_MARGIN = range(3)
+GP_SIZE = 3
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -51,29 +58,31 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray,
             cols: tuple) -> int:
     """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
-    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: blocking (0/1),
-    phases. Node i's mixes at phase ph: ``nb_idx[nb_ptr[ph, i]:nb_ptr[ph, i + 1]]`` in the
-    rules' order (coefs ``nb_w``, self_coefs ``nb_self``), ``send_idx`` the same slice in send
-    order (:meth:`.protocols.gossip_rules.DPSGDRules.tables`). Inbox of node i, iteration k:
+    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp`` (``GP_*``): blocking
+    (0/1), phases, the rows' margin. Node i's mixes at phase ph:
+    ``nb_idx[nb_ptr[ph, i]:nb_ptr[ph, i + 1]]`` in the rules' order (coefs ``nb_w``, self_coefs
+    ``nb_self``), ``send_idx`` the same slice in send order
+    (:meth:`.protocols.gossip_rules.DPSGDRules.tables`). Inbox of node i, iteration k:
     ``inb_c[i, k % R]`` arrived, ``inb_v``/``inb_t`` [i, k % R, p] the version and send time of
     neighbour p's state.
     """
-    n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    blocking, phases, margin = gp[0], gp[1], gp[2]
-    every = fp[4]
+    n, mu, spe, K = ip[IP_N], ip[IP_MU], ip[IP_SPE], ip[IP_K]
+    shard_len, per_epoch, g, cad_end = ip[IP_SHARD_LEN], ip[IP_PER_EPOCH], ip[IP_GPUS_PER_NODE], ip[IP_CAD_END]
+    blocking, phases, margin = gp[GP_BLOCKING], gp[GP_PHASES], gp[GP_MARGIN]
+    every = fp[FP_EVERY]
     R = inb_c.shape[1]
-    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
+    n_ops, n_inputs = cols[C_KIND].shape[0], cols[C_GRAD_OP].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # DPSGDRun._begin of a node whose last iteration ended (the last thing its handler did)
-        while st[13] < st[14]:
-            i = pend[st[13] % n]
-            if walk[i, 0] == 0.0:  # (1: a stall walk to resume; the rest is done)
+        while st[ST_PEND_HEAD] < st[ST_PEND_TAIL]:
+            i = pend[st[ST_PEND_HEAD] % n]
+            if walk[i, WALK_RESUME] == 0.0:  # (1: a stall walk to resume; the rest is done)
                 short = draws_short(i, wpos, wlen, stall, spos, slen, st)
                 if short:
                     return short
                 ph = it[i] % phases
-                if blocking == 0 and st[12] < nb_ptr[ph, i + 1] - nb_ptr[ph, i]:
-                    st[10] = i
+                if blocking == 0 and st[ST_FREE] < nb_ptr[ph, i + 1] - nb_ptr[ph, i]:
+                    st[ST_NEED] = i
                     return NEED_POOL
                 t = pend_t[i]
                 k = it[i]
@@ -85,27 +94,27 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                         send(st, fst, fp, i, send_idx[x], k, v, 0.0, t, n, g, links, m_i, m_f, free, ht, hk, hs)
                 ev_k[i] = k
                 ev_v[i] = v
-            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
-                                 hk, hs):
-                st[10] = i
+            if not start_compute(i, pend_t[i], fst[FS_NOW], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk,
+                                 ht, hk, hs):
+                st[ST_NEED] = i
                 return NEED_STALL
-            st[13] += 1
-        if st[2] == 0:
+            st[ST_PEND_HEAD] += 1
+        if st[ST_HEAP] == 0:
             return DONE
         if rows_short(st, n_ops, n_inputs, margin):  # an event writes ≤ 3 + degree ops
             return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: blocking gossip sends the stepped state now
             ph = ev_k[slot] % phases
-            if blocking == 1 and st[12] < nb_ptr[ph, slot + 1] - nb_ptr[ph, slot]:
-                st[10] = slot
+            if blocking == 1 and st[ST_FREE] < nb_ptr[ph, slot + 1] - nb_ptr[ph, slot]:
+                st[ST_NEED] = slot
                 return NEED_POOL
-        elif m_i[slot - n, 5] == DELIVER and m_i[slot - n, 1] - it[m_i[slot - n, 0]] >= R:
-            st[10] = slot - n
+        elif m_i[slot - n, MI_STATE] == DELIVER and m_i[slot - n, MI_ITER] - it[m_i[slot - n, MI_DST]] >= R:
+            st[ST_NEED] = slot - n
             return NEED_RING
         now = ht[0]
-        st[2] = _heap_pop(ht, hk, hs, st[2])
-        fst[4] = now
+        st[ST_HEAP] = heap_pop(ht, hk, hs, st[ST_HEAP])
+        fst[FS_NOW] = now
         if slot < n:  # DPSGDRun._computed
             i = slot
             gop[i] = grad_row(st, cols, i, ev_k[i], ev_v[i], t_start[i], now, mu, spe, shard_len, per_epoch)
@@ -122,20 +131,20 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                         nb_self, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
             continue
         m = slot - n
-        if m_i[m, 5] == ENTER:
+        if m_i[m, MI_STATE] == ENTER:
             enter(st, m, now, n, links, m_i, m_f, ht, hk, hs)
             continue
         # DPSGDRun._arrive: into the inbox of (j, k), at the sender's place among j's neighbours
-        j = m_i[m, 0]
-        k = m_i[m, 1]
-        src = m_i[m, 2]
+        j = m_i[m, MI_DST]
+        k = m_i[m, MI_ITER]
+        src = m_i[m, MI_SRC]
         ph = k % phases
         r = k % R
         for x in range(nb_ptr[ph, j], nb_ptr[ph, j + 1]):
             if nb_idx[x] == src:
                 p = x - nb_ptr[ph, j]
-                inb_v[j, r, p] = m_i[m, 3]
-                inb_t[j, r, p] = m_f[m, 1]
+                inb_v[j, r, p] = m_i[m, MI_SRC_VERSION]
+                inb_t[j, r, p] = m_f[m, MF_SENT]
                 break
         inb_c[j, r] += 1
         release(st, m, free)
@@ -164,7 +173,7 @@ def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int,
                 version, spe)
     if blocking == 0:
         apply_row(st, fst, cols, i, gop[i], 0, now, version, mu, spe, every, cad_end)
-    fst[2] += now - t_ready[i]
+    fst[FS_BLOCKED] += now - t_ready[i]
     it[i] = k + 1
     if k + 1 < K:
         queue_begin(i, now, pend, pend_t, st)
@@ -198,7 +207,8 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     ring, size = _initial_sizes(n, degree)
     margin = 4 + degree
     run = fast_nodes.Run(point, K, size, 1 + 2 * n * K + sends, margin, keep_trace)
-    gp = np.array([1 if rules.blocking else 0, phases, margin], np.int64)
+    gp = np.zeros(GP_SIZE, np.int64)
+    gp[GP_BLOCKING], gp[GP_PHASES], gp[GP_MARGIN] = 1 if rules.blocking else 0, phases, margin
     it, version, gop = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     computed, ev_k, ev_v = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
     t_start, t_ready = np.zeros(n), np.zeros(n)

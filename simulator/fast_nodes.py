@@ -2,16 +2,22 @@
 recorder's rows and the transport, transcribed from :class:`.protocols.GossipRecorder` and
 :class:`.gossip.Transport`, and the Python side's buffers and figures.
 
-Kernel state every one of them keeps at the same places (by the ``ST_*`` and ``FS_*`` names
-below): ``st`` (int) n_ops 0, n_inputs 1, heap size 2, schedule counter 3, samples applied
-4, grads 5, applies 6, messages 7, delay sum 8, delay count 9, need 10, last op kind 11, free
-message slots 12, pending begins head 13 and tail 14; ``fst`` (float) next eval 0, compute
-seconds 1, blocked seconds 2, bytes sent 3, now 4.
-The trace columns travel as one tuple (:data:`COLUMNS` order). Messages live in a pool
-(``m_i``: destination, iteration, source, source version, link-in row, state; ``m_f``:
-coefficient, send time, transfer seconds) with a stack of free slots; heap slot ``n + m`` is
-message ``m``. Links are FIFO rows (free_at, busy, wait, served, last_arrival): the nodes'
-NICs out, then in, then (GPUs per node > 1) each GPU's intra-node link out, then in.
+One layout every one of them shares, its records indexed by the names below only: the
+parameters ``ip`` (int, ``IP_*``: n, mu, samples per epoch, K, shard length, per epoch, GPUs
+per node, the cadence's end in samples) and ``fp`` (float, ``FP_*``: tx, lat, intra-node tx
+and lat, the eval interval, message bytes, the stalls' mean gap and mean length); the state
+``st`` (int, ``ST_*``: ops and inputs written, heap size, schedule counter, samples applied,
+grads, applies, messages, delay sum and count, the node or message a status needs, last op
+kind, free message slots, pending begins head and tail) and ``fst`` (float, ``FS_*``: next
+eval, compute seconds, blocked seconds, bytes sent, now). An engine's own parameters
+(``gp``) are named in its module.
+The trace columns travel as one tuple (:data:`COLUMNS` order, indexed by the ``C_*`` names).
+Messages live in a pool (``m_i``, ``MI_*``: destination, iteration, source, source version,
+link-in row, state; ``m_f``, ``MF_*``: coefficient, send time, transfer seconds) with a stack
+of free slots; heap slot ``n + m`` is message ``m``. Links are FIFO rows (:mod:`.fast_core`'s
+``FREE_AT`` … ``LAST_ARRIVAL``): the nodes' NICs out, then in, then (GPUs per node > 1) each
+GPU's intra-node link out, then in. A node's ``walk`` row: ``WALK_RESUME`` (1: a stall walk
+to resume), then :mod:`.fast_core`'s ``WALK_T``, ``WALK_LEFT``.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ import numpy as np
 from .collectives import transfer_time
 from .compute import CHUNK, learner_clocks
 from .dataorder import ShardLayout
-from .fast_core import (DONE, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN,  # noqa: F401 (DONE: the engines')
-                        Buffers, finish_work,
+from .fast_core import (BUSY, DONE, FIFO_FIELDS, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK,  # noqa: F401 (DONE, WALK_*: the engines')
+                        STALL_MARGIN, STALL_START, WALK_LEFT, WALK_T, Buffers, finish_work,
                         cadence_due, fold_rows, heap_push, kernel, make_room, numba, reserve, shard_start,
                         stall_state, walk_stalls)
 from .protocols import AVERAGE, SHARD, EvalCadence, sim_id
@@ -34,12 +40,25 @@ from .trace import APPLY, EVAL, GRAD, MIX, Trace, blank_columns
 
 ENTER, DELIVER = 0, 1                 # message states
 
-# the kernels' state, one layout (the module doc): ``st`` (int) and ``fst`` (float) by these names
+# the kernels' parameters and state, one layout (the module doc): ``ip`` (parameters, int), ``fp``
+# (parameters, float), ``st`` (state, int) and ``fst`` (state, float) are indexed by these names only
+IP_N, IP_MU, IP_SPE, IP_K, IP_SHARD_LEN, IP_PER_EPOCH, IP_GPUS_PER_NODE, IP_CAD_END = range(8)
+IP_SIZE = 8
+FP_TX, FP_LAT, FP_INTRA_TX, FP_INTRA_LAT, FP_EVERY, FP_MSG_BYTES, FP_SCALE_GAP, FP_SCALE_LEN = range(8)
+FP_SIZE = 8
 (ST_N_OPS, ST_N_INPUTS, ST_HEAP, ST_COUNTER, ST_SAMPLES, ST_GRADS, ST_APPLIES, ST_MESSAGES, ST_DELAY_SUM,
  ST_DELAY_COUNT, ST_NEED, ST_LAST_KIND, ST_FREE, ST_PEND_HEAD, ST_PEND_TAIL) = range(15)
 ST_SIZE = 15
 FS_NEXT_EVAL, FS_COMPUTE, FS_BLOCKED, FS_BYTES, FS_NOW = range(5)
 FS_SIZE = 5
+# a message's fields, one layout (the pool's rows): ``m_i`` (int) and ``m_f`` (float) by these names only
+MI_DST, MI_ITER, MI_SRC, MI_SRC_VERSION, MI_LINK_IN, MI_STATE = range(6)
+MI_SIZE = 6
+MF_COEF, MF_SENT, MF_TX = range(3)
+MF_SIZE = 3
+# a node's stall-walk row (start_compute): resume flag, then fast_core's WALK_T, WALK_LEFT
+WALK_RESUME = 0
+WALK_SIZE = WALK_LEFT + 1
 
 
 def covers(point: dict[str, Any], protocol: str) -> str | None:
@@ -53,6 +72,10 @@ COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_no
            ("ops", "sample_start"), ("ops", "batch_size"), ("ops", "batch_index"), ("ops", "t_start"),
            ("ops", "t_end"), ("ops", "epoch"), ("ops", "coef"), ("ops", "self_coef"), ("ops", "in_start"),
            ("ops", "in_count"), ("inputs", "grad_op"), ("inputs", "weight"), ("inputs", "staleness"))
+# the columns' places in the kernels' tuple (COLUMNS order), by these names only
+(C_KIND, C_NODE, C_VERSION, C_SRC_NODE, C_SRC_VERSION, C_SAMPLE_START, C_BATCH_SIZE, C_BATCH_INDEX, C_T_START,
+ C_T_END, C_EPOCH, C_COEF, C_SELF_COEF, C_IN_START, C_IN_COUNT, C_GRAD_OP, C_WEIGHT, C_STALENESS) = range(18)
+assert all(globals()["C_" + name.upper()] == c for c, (_, name) in enumerate(COLUMNS)), "C_* follow COLUMNS"
 
 
 @kernel
@@ -61,16 +84,16 @@ def grad_row(st: np.ndarray, cols: tuple, i: int, k: int, v: int, ta: float, tb:
     """GossipRecorder.grad: node i's k-th minibatch (its shard) on its version v; the row."""
     st[ST_GRADS] += 1
     r = st[ST_N_OPS]
-    cols[0][r] = GRAD
-    cols[1][r] = i
-    cols[3][r] = i
-    cols[4][r] = v
-    cols[5][r] = shard_start(k, i, mu, spe, shard_len, per_epoch)
-    cols[6][r] = mu
-    cols[7][r] = k
-    cols[8][r] = ta
-    cols[9][r] = tb
-    cols[10][r] = st[ST_SAMPLES] / spe
+    cols[C_KIND][r] = GRAD
+    cols[C_NODE][r] = i
+    cols[C_SRC_NODE][r] = i
+    cols[C_SRC_VERSION][r] = v
+    cols[C_SAMPLE_START][r] = shard_start(k, i, mu, spe, shard_len, per_epoch)
+    cols[C_BATCH_SIZE][r] = mu
+    cols[C_BATCH_INDEX][r] = k
+    cols[C_T_START][r] = ta
+    cols[C_T_END][r] = tb
+    cols[C_EPOCH][r] = st[ST_SAMPLES] / spe
     st[ST_N_OPS] = r + 1
     st[ST_LAST_KIND] = GRAD
     return r
@@ -83,17 +106,17 @@ def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, st
     st[ST_SAMPLES] += mu
     st[ST_APPLIES] += 1
     r = st[ST_N_OPS]
-    cols[0][r] = APPLY
-    cols[1][r] = i
-    cols[2][r] = version[i]
-    cols[13][r] = st[ST_N_INPUTS]
-    cols[14][r] = 1
-    cols[8][r] = t
-    cols[9][r] = t
-    cols[10][r] = st[ST_SAMPLES] / spe
-    cols[15][st[ST_N_INPUTS]] = gop
-    cols[16][st[ST_N_INPUTS]] = 1.0
-    cols[17][st[ST_N_INPUTS]] = stale
+    cols[C_KIND][r] = APPLY
+    cols[C_NODE][r] = i
+    cols[C_VERSION][r] = version[i]
+    cols[C_IN_START][r] = st[ST_N_INPUTS]
+    cols[C_IN_COUNT][r] = 1
+    cols[C_T_START][r] = t
+    cols[C_T_END][r] = t
+    cols[C_EPOCH][r] = st[ST_SAMPLES] / spe
+    cols[C_GRAD_OP][st[ST_N_INPUTS]] = gop
+    cols[C_WEIGHT][st[ST_N_INPUTS]] = 1.0
+    cols[C_STALENESS][st[ST_N_INPUTS]] = stale
     st[ST_N_INPUTS] += 1
     st[ST_N_OPS] = r + 1
     st[ST_LAST_KIND] = APPLY
@@ -102,12 +125,12 @@ def apply_row(st: np.ndarray, fst: np.ndarray, cols: tuple, i: int, gop: int, st
     if not cadence_due(fst, FS_NEXT_EVAL, every, samples, cad_end):  # EvalCadence.due, with its end
         return
     r = st[ST_N_OPS]
-    cols[0][r] = EVAL
-    cols[1][r] = AVERAGE
-    cols[2][r] = AVERAGE
-    cols[8][r] = t
-    cols[9][r] = t
-    cols[10][r] = samples / spe
+    cols[C_KIND][r] = EVAL
+    cols[C_NODE][r] = AVERAGE
+    cols[C_VERSION][r] = AVERAGE
+    cols[C_T_START][r] = t
+    cols[C_T_END][r] = t
+    cols[C_EPOCH][r] = samples / spe
     st[ST_N_OPS] = r + 1
     st[ST_LAST_KIND] = EVAL
 
@@ -117,16 +140,16 @@ def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc
             version: np.ndarray, spe: int) -> None:
     """GossipRecorder.mix: x_i ← sc·x_i + c·x_src(sv)."""
     r = st[ST_N_OPS]
-    cols[0][r] = MIX
-    cols[1][r] = i
-    cols[2][r] = version[i]
-    cols[3][r] = src
-    cols[4][r] = sv
-    cols[8][r] = ta
-    cols[9][r] = tb
-    cols[10][r] = st[ST_SAMPLES] / spe
-    cols[11][r] = c
-    cols[12][r] = sc
+    cols[C_KIND][r] = MIX
+    cols[C_NODE][r] = i
+    cols[C_VERSION][r] = version[i]
+    cols[C_SRC_NODE][r] = src
+    cols[C_SRC_VERSION][r] = sv
+    cols[C_T_START][r] = ta
+    cols[C_T_END][r] = tb
+    cols[C_EPOCH][r] = st[ST_SAMPLES] / spe
+    cols[C_COEF][r] = c
+    cols[C_SELF_COEF][r] = sc
     st[ST_N_OPS] = r + 1
     st[ST_LAST_KIND] = MIX
     version[i] += 1
@@ -136,30 +159,29 @@ def mix_row(st: np.ndarray, cols: tuple, i: int, src: int, sv: int, c: float, sc
 def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int, sv: int, c: float, now: float,
          n: int, g: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray,
          hk: np.ndarray, hs: np.ndarray) -> None:
-    """Transport.send of one message from node i to node j now (a pool slot must be free).
-    ``fp``: tx, lat, intra_tx, intra_lat, every, message bytes."""
+    """Transport.send of one message from node i to node j now (a pool slot must be free)."""
     nodes = (links.shape[0] - (2 * n if g > 1 else 0)) // 2
     st[ST_MESSAGES] += 1
     if g > 1 and i // g == j // g:
-        out_row, in_row, tx, lat = 2 * nodes + i, 2 * nodes + n + j, fp[2], fp[3]
+        out_row, in_row, tx, lat = 2 * nodes + i, 2 * nodes + n + j, fp[FP_INTRA_TX], fp[FP_INTRA_LAT]
     else:
-        fst[FS_BYTES] += fp[5]
-        out_row, in_row, tx, lat = i // g, nodes + j // g, fp[0], fp[1]
+        fst[FS_BYTES] += fp[FP_MSG_BYTES]
+        out_row, in_row, tx, lat = i // g, nodes + j // g, fp[FP_TX], fp[FP_LAT]
     st[ST_FREE] -= 1
     m = free[st[ST_FREE]]
-    m_i[m, 0] = j
-    m_i[m, 1] = k
-    m_i[m, 2] = i
-    m_i[m, 3] = sv
-    m_i[m, 4] = in_row
-    m_f[m, 0] = c
-    m_f[m, 1] = now
-    m_f[m, 2] = tx
+    m_i[m, MI_DST] = j
+    m_i[m, MI_ITER] = k
+    m_i[m, MI_SRC] = i
+    m_i[m, MI_SRC_VERSION] = sv
+    m_i[m, MI_LINK_IN] = in_row
+    m_f[m, MF_COEF] = c
+    m_f[m, MF_SENT] = now
+    m_f[m, MF_TX] = tx
     if tx == 0.0:
-        m_i[m, 5] = DELIVER
+        m_i[m, MI_STATE] = DELIVER
         at = now + lat
     else:
-        m_i[m, 5] = ENTER
+        m_i[m, MI_STATE] = ENTER
         delay = reserve(links, out_row, now, tx) - tx + lat - now
         if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
             delay = 0.0
@@ -172,10 +194,10 @@ def send(st: np.ndarray, fst: np.ndarray, fp: np.ndarray, i: int, j: int, k: int
 def enter(st: np.ndarray, m: int, now: float, n: int, links: np.ndarray, m_i: np.ndarray, m_f: np.ndarray,
           ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
     """Transport._enter: message m enters its link in now; delivered when the link is done."""
-    delay = reserve(links, m_i[m, 4], now, m_f[m, 2]) - now
+    delay = reserve(links, m_i[m, MI_LINK_IN], now, m_f[m, MF_TX]) - now
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
-    m_i[m, 5] = DELIVER
+    m_i[m, MI_STATE] = DELIVER
     st[ST_HEAP] = heap_push(ht, hk, hs, st[ST_HEAP], now + delay, st[ST_COUNTER], n + m)
     st[ST_COUNTER] += 1
 
@@ -197,7 +219,7 @@ def draws_short(i: int, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, s
     if wpos[i] >= wlen[i]:
         st[ST_NEED] = i
         return NEED_WORK
-    if stall[i, 0] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
+    if stall[i, STALL_START] != math.inf and slen[i] - spos[i] < STALL_MARGIN:
         st[ST_NEED] = i
         return NEED_STALL
     return 0
@@ -209,19 +231,21 @@ def start_compute(i: int, t: float, now: float, st: np.ndarray, fst: np.ndarray,
                   slen: np.ndarray, walk: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> bool:
     """GossipRun._compute and ``_later``: node i computes its next minibatch from t, its stalls
     pausing the work (LearnerClock.finish); its compute event (slot i) at ``now + max(0, end −
-    now)``. False when the stall draws ran out mid-walk: ``walk[i]`` keeps the walk (flag 1, t
-    and work left at 6, 7) and the next call, after a refill, resumes it."""
-    if walk[i, 0] == 1.0:
-        end = walk_stalls(i, walk[i, 6], walk[i, 7], stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+    now)``. False when the stall draws ran out mid-walk: ``walk[i]`` keeps the walk
+    (``WALK_RESUME`` 1, t and work left at ``WALK_T``, ``WALK_LEFT``) and the next call, after a
+    refill, resumes it."""
+    if walk[i, WALK_RESUME] == 1.0:
+        end = walk_stalls(i, walk[i, WALK_T], walk[i, WALK_LEFT], stall, sdraw, spos, slen, fp[FP_SCALE_GAP],
+                          fp[FP_SCALE_LEN], walk[i])
     else:
         work = wdraw[i, wpos[i]]
         wpos[i] += 1
         fst[FS_COMPUTE] += work
-        end = finish_work(i, t, work, stall, sdraw, spos, slen, fp[6], fp[7], walk[i])
+        end = finish_work(i, t, work, stall, sdraw, spos, slen, fp[FP_SCALE_GAP], fp[FP_SCALE_LEN], walk[i])
     if end < 0.0:
-        walk[i, 0] = 1.0
+        walk[i, WALK_RESUME] = 1.0
         return False
-    walk[i, 0] = 0.0
+    walk[i, WALK_RESUME] = 0.0
     delay = end - now
     if not delay > 0.0:  # (as `delay if delay > 0 else 0.0`: NaN too)
         delay = 0.0
@@ -265,7 +289,7 @@ class Pool:
 
     def __init__(self, n: int, size: int) -> None:
         self.n = n
-        self.m_i, self.m_f = np.zeros((size, 6), np.int64), np.zeros((size, 3))
+        self.m_i, self.m_f = np.zeros((size, MI_SIZE), np.int64), np.zeros((size, MF_SIZE))
         self.free = np.arange(size - 1, -1, -1, dtype=np.int64)
         self.ht, self.hk, self.hs = np.zeros(n + size + 1), np.zeros(n + size + 1, np.int64), \
             np.zeros(n + size + 1, np.int64)
@@ -304,18 +328,19 @@ class Run:
         self.point, self.K, self.keep = point, K, keep_trace
         n = self.n = point["cluster"]["learners"]
         self.ip, self.fp, self.st, self.fst, link_rows = kernel_params(point, K)
-        self.links = np.zeros((link_rows, 5))
+        self.links = np.zeros((link_rows, FIFO_FIELDS))
         self.clocks = learner_clocks(point, n)
         self.work = Buffers(n, min(K, 4 * CHUNK))  # the rest as the kernel asks (NEED_WORK)
         for i, clock in enumerate(self.clocks):
             self.work.grow_row(i, np.asarray(clock.draws._fn(self.work.data.shape[1]), dtype=np.float64))
-        self.stall, self.stall_draws, self.fp[6], self.fp[7] = stall_state(point, self.clocks, CHUNK)
-        self.walk = np.zeros((n, 8))  # a minibatch's stall walk that ran out of draws (start_compute)
+        self.stall, self.stall_draws, scale_gap, scale_len = stall_state(point, self.clocks, CHUNK)
+        self.fp[FP_SCALE_GAP], self.fp[FP_SCALE_LEN] = scale_gap, scale_len
+        self.walk = np.zeros((n, WALK_SIZE))  # a minibatch's stall walk that ran out of draws (start_compute)
         self.pend, self.pend_t = np.arange(n, dtype=np.int64), np.zeros(n)
         self.st[ST_PEND_TAIL] = n
         self.pool = Pool(n, pool_size)
         self.st[ST_FREE] = pool_size
-        evals = min(n * K, int(K * n * point["cluster"]["minibatch"] / self.fp[4])) + 3  # ≤ one per apply
+        evals = min(n * K, int(K * n * point["cluster"]["minibatch"] / self.fp[FP_EVERY])) + 3  # ≤ one per apply
         n_ops, n_inputs = rows + evals + margin, n * K + 2
         if not keep_trace:
             n_ops, n_inputs = min(n_ops, max(FLUSH_OPS, 2 * margin)), min(n_inputs, FLUSH_OPS)
@@ -371,19 +396,22 @@ class Run:
 
 
 def kernel_params(point: dict[str, Any], K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """``(ip, fp, st, fst, links rows)`` every decentralized kernel starts from. ``ip``: n, mu,
-    spe, K, shard_len, per_epoch, g, cadence end (samples); ``fp``: tx, lat, intra_tx,
-    intra_lat, every, message bytes, and the stalls' mean gap and mean length (set by :class:`Run`)."""
+    """``(ip, fp, st, fst, links rows)`` every decentralized kernel starts from (the ``IP_*``,
+    ``FP_*``, ``ST_*``, ``FS_*`` layout; the stalls' ``FP_SCALE_GAP``, ``FP_SCALE_LEN`` set by
+    :class:`Run`)."""
     cl, wl, net = point["cluster"], point["workload"], point["cluster"]["network"]
     n, mu, spe, g = cl["learners"], cl["minibatch"], wl["samples_per_epoch"], cl["gpus_per_node"]
     bw, ibw = net["bandwidth_Bps"], net["intra_bandwidth_Bps"]
     mbytes = wl["param_count"] * net["bytes_per_param"]
     cad = EvalCadence(spe, wl["evals_per_epoch"], end=K * n * mu)
     shards = ShardLayout(n, mu, spe)  # the data order's layout
-    ip = np.array([n, mu, spe, K, shards.shard, shards.per_epoch, g, K * n * mu], np.int64)
-    fp = np.array([transfer_time(mbytes, bw), net["latency_s"] + net["overhead_s"],
-                   transfer_time(mbytes, ibw), net["intra_latency_s"] + net["overhead_s"],
-                   cad.every, mbytes, 0.0, 0.0])
+    ip = np.zeros(IP_SIZE, np.int64)
+    ip[IP_N], ip[IP_MU], ip[IP_SPE], ip[IP_K], ip[IP_GPUS_PER_NODE] = n, mu, spe, K, g
+    ip[IP_SHARD_LEN], ip[IP_PER_EPOCH], ip[IP_CAD_END] = shards.shard, shards.per_epoch, K * n * mu
+    fp = np.zeros(FP_SIZE)
+    fp[FP_TX], fp[FP_LAT] = transfer_time(mbytes, bw), net["latency_s"] + net["overhead_s"]
+    fp[FP_INTRA_TX], fp[FP_INTRA_LAT] = transfer_time(mbytes, ibw), net["intra_latency_s"] + net["overhead_s"]
+    fp[FP_EVERY], fp[FP_MSG_BYTES] = cad.every, mbytes
     st = np.zeros(ST_SIZE, np.int64)
     fst = np.zeros(FS_SIZE)
     fst[FS_NEXT_EVAL] = cad.next
@@ -425,7 +453,7 @@ def finish(point: dict[str, Any], K: int, st: np.ndarray, fst: np.ndarray, links
     schedule = list(folded_evals)
     hist = fold_rows(folded_hist, schedule, ops, inputs, n_ops, int(st[ST_N_INPUTS]))
     nodes = n // g
-    util = lambda rows: float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
+    util = lambda rows: float(np.mean([min(1.0, q[BUSY] / T) if T > 0 else 0.0 for q in rows]))  # noqa: E731
     summary = run_figures(n, K, T, int(st[ST_GRADS]), int(st[ST_APPLIES]), float(fst[FS_COMPUTE]),
                           util(links[nodes:2 * nodes]), util(links[:nodes]), float(fst[FS_BYTES]),
                           int(st[ST_MESSAGES]), float(fst[FS_BLOCKED]), int(st[ST_DELAY_SUM]),

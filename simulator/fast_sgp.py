@@ -37,14 +37,21 @@ from typing import Any
 import numpy as np
 
 from . import fast_nodes
-from .fast_nodes import (DELIVER, DONE, ENTER, NEED_POOL, NEED_ROWS, NEED_STALL, apply_row, draws_short, enter,
-                         grad_row, mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_core import heap_pop as _heap_pop, kernel, numba
+from .fast_nodes import (C_GRAD_OP, C_KIND, DELIVER, DONE, ENTER, FP_EVERY, FS_BLOCKED, FS_NOW, IP_CAD_END,
+                         IP_GPUS_PER_NODE, IP_K, IP_MU, IP_N, IP_PER_EPOCH, IP_SHARD_LEN, IP_SPE, MF_COEF, MF_SENT,
+                         MI_DST, MI_ITER, MI_SRC, MI_SRC_VERSION, MI_STATE, NEED_POOL, NEED_ROWS, NEED_STALL,
+                         ST_DELAY_COUNT, ST_DELAY_SUM, ST_FREE, ST_HEAP, ST_NEED, ST_PEND_HEAD, ST_PEND_TAIL,
+                         WALK_RESUME, apply_row, draws_short, enter, grad_row, mix_row, queue_begin, release,
+                         rows_short, send, start_compute)
+from .fast_core import heap_pop, kernel, numba
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
 
 NEED_HELD, NEED_RING = 5, 6  # this kernel's own status codes
+# this kernel's own parameters (int), ``gp``, indexed by these names only: τ, phases, the arrival ring's length R
+GP_TAU, GP_PHASES, GP_RING = range(3)
+GP_SIZE = 3
 
 
 def covers(point: dict[str, Any]) -> str | None:
@@ -62,55 +69,56 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             m_i: np.ndarray, m_f: np.ndarray, free: np.ndarray, ht: np.ndarray, hk: np.ndarray, hs: np.ndarray,
             cols: tuple) -> int:
     """Run until done or until a buffer needs room (the returned status). ``ip``, ``fp``,
-    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp``: τ, phases, the arrival
-    ring's length R. ``arrived[j·R + k % R]``: messages of iteration k arrived at node j and not yet
-    counted into its mark; ``indeg[ph·n + j]``: how many node j receives at phase ph (flat, as
+    ``st``, ``fst``, links, messages, columns: :mod:`.fast_nodes`; ``gp`` (``GP_*``): τ, phases,
+    the arrival ring's length R. ``arrived[j·R + k % R]``: messages of iteration k arrived at node
+    j and not yet counted into its mark; ``indeg[ph·n + j]``: how many node j receives at phase ph (flat, as
     :func:`.protocols.gossip_rules.sgp_advance` reads them).
     Heap slots: ``i < n`` node i's compute (its k, v in ``ev_k``, ``ev_v``); ``n + m`` message m.
     """
-    n, mu, spe, K, shard_len, per_epoch, g, cad_end = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
-    tau, phases, R = gp[0], gp[1], gp[2]
-    every = fp[4]
+    n, mu, spe, K = ip[IP_N], ip[IP_MU], ip[IP_SPE], ip[IP_K]
+    shard_len, per_epoch, g, cad_end = ip[IP_SHARD_LEN], ip[IP_PER_EPOCH], ip[IP_GPUS_PER_NODE], ip[IP_CAD_END]
+    tau, phases, R = gp[GP_TAU], gp[GP_PHASES], gp[GP_RING]
+    every = fp[FP_EVERY]
     H = held.shape[1]
-    n_ops, n_inputs = cols[0].shape[0], cols[15].shape[0]  # the trace buffers' sizes (fixed in a call)
+    n_ops, n_inputs = cols[C_KIND].shape[0], cols[C_GRAD_OP].shape[0]  # the trace buffers' sizes (fixed in a call)
     while True:
         # a node that may start its next iteration does (SGPRun._begin): last thing its handler did
-        while st[13] < st[14]:
-            i = pend[st[13] % n]
-            if walk[i, 0] == 0.0:  # (1: a stall walk to resume)
+        while st[ST_PEND_HEAD] < st[ST_PEND_TAIL]:
+            i = pend[st[ST_PEND_HEAD] % n]
+            if walk[i, WALK_RESUME] == 0.0:  # (1: a stall walk to resume)
                 short = draws_short(i, wpos, wlen, stall, spos, slen, st)
                 if short:
                     return short
                 t_start[i] = pend_t[i]
                 ev_k[i] = it[i]
                 ev_v[i] = version[i]
-            if not start_compute(i, pend_t[i], fst[4], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk, ht,
-                                 hk, hs):
-                st[10] = i
+            if not start_compute(i, pend_t[i], fst[FS_NOW], st, fst, fp, wdraw, wpos, stall, sdraw, spos, slen, walk,
+                                 ht, hk, hs):
+                st[ST_NEED] = i
                 return NEED_STALL
-            st[13] += 1
-        if st[2] == 0:
+            st[ST_PEND_HEAD] += 1
+        if st[ST_HEAP] == 0:
             return DONE
         if rows_short(st, n_ops, n_inputs, 5 + H):  # a compute writes ≤ 4 + its held messages
             return NEED_ROWS
         slot = hs[0]
         if slot < n:  # a compute finishing: room for its messages first
             ph = ev_k[slot] % phases
-            if st[12] < out_ptr[ph, slot + 1] - out_ptr[ph, slot]:
-                st[10] = slot
+            if st[ST_FREE] < out_ptr[ph, slot + 1] - out_ptr[ph, slot]:
+                st[ST_NEED] = slot
                 return NEED_POOL
-        elif m_i[slot - n, 5] == DELIVER:
+        elif m_i[slot - n, MI_STATE] == DELIVER:
             m = slot - n
-            j = m_i[m, 0]
-            if m_i[m, 1] - complete[j] >= R:
-                st[10] = m
+            j = m_i[m, MI_DST]
+            if m_i[m, MI_ITER] - complete[j] >= R:
+                st[ST_NEED] = m
                 return NEED_RING
             if held_n[j] >= H:
-                st[10] = j
+                st[ST_NEED] = j
                 return NEED_HELD
         now = ht[0]
-        st[2] = _heap_pop(ht, hk, hs, st[2])
-        fst[4] = now
+        st[ST_HEAP] = heap_pop(ht, hk, hs, st[ST_HEAP])
+        fst[FS_NOW] = now
         if slot < n:  # SGPRun._computed
             i = slot
             k = ev_k[i]
@@ -127,7 +135,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             keep = 0
             for y in range(held_n[i]):
                 hm = held[i, y]
-                if _mix_at_boundary(m_i[hm, 1], k):
+                if _mix_at_boundary(m_i[hm, MI_ITER], k):
                     _mix_msg(st, cols, i, hm, k, now, m_i, m_f, free, version, spe)
                 else:
                     held[i, keep] = hm
@@ -140,12 +148,12 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                 block_start[i] = now
             continue
         m = slot - n
-        if m_i[m, 5] == ENTER:
+        if m_i[m, MI_STATE] == ENTER:
             enter(st, m, now, n, links, m_i, m_f, ht, hk, hs)
             continue
         # SGPRun._arrive
-        j = m_i[m, 0]
-        k_msg = m_i[m, 1]
+        j = m_i[m, MI_DST]
+        k_msg = m_i[m, MI_ITER]
         arrived[j * R + k_msg % R] += 1
         cc = _advance(j, K, phases, n, R, indeg, arrived, complete)
         kb = blocked_at[j]
@@ -153,7 +161,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             _mix_msg(st, cols, j, m, kb, now, m_i, m_f, free, version, spe)
             if done[j] == 0 and _may_advance(cc, kb, tau):
                 blocked_at[j] = -1
-                fst[2] += now - block_start[j]
+                fst[FS_BLOCKED] += now - block_start[j]
                 _next(j, kb, now, K, it, done, blocked_at, pend, pend_t, st)
         else:
             held[j, held_n[j]] = m
@@ -183,9 +191,10 @@ def _next(i: int, k: int, now: float, K: int, it: np.ndarray, done: np.ndarray, 
 def _mix_msg(st: np.ndarray, cols: tuple, i: int, m: int, k_now: int, now: float, m_i: np.ndarray,
              m_f: np.ndarray, free: np.ndarray, version: np.ndarray, spe: int) -> None:
     """SGPRun._mix_msg; message m's slot goes back to the pool."""
-    mix_row(st, cols, i, m_i[m, 2], m_i[m, 3], m_f[m, 0], RECEIVED_SELF_COEF, m_f[m, 1], now, version, spe)
-    st[8] += k_now - m_i[m, 1]
-    st[9] += 1
+    mix_row(st, cols, i, m_i[m, MI_SRC], m_i[m, MI_SRC_VERSION], m_f[m, MF_COEF], RECEIVED_SELF_COEF, m_f[m, MF_SENT],
+            now, version, spe)
+    st[ST_DELAY_SUM] += k_now - m_i[m, MI_ITER]
+    st[ST_DELAY_COUNT] += 1
     release(st, m, free)
 
 
@@ -235,7 +244,8 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
 
     held_w, ring, size = _initial_sizes(n, tau, int(indeg.max()))
     run = fast_nodes.Run(point, K, size, 1 + 3 * n * K + sends, 5 + held_w, keep_trace)
-    gp = np.array([tau, phases, ring], np.int64)
+    gp = np.zeros(GP_SIZE, np.int64)
+    gp[GP_TAU], gp[GP_PHASES], gp[GP_RING] = tau, phases, ring
     indeg_flat = indeg.reshape(-1)
     it, version, complete = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
     blocked_at, done = np.full(n, -1, np.int64), np.zeros(n, np.int64)
@@ -257,7 +267,7 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
             held = np.concatenate([held, np.zeros_like(held)], axis=1)
         elif status == NEED_RING:  # the arrival counts of iterations complete + 1 …
             arrived = fast_nodes.doubled_ring(arrived, complete + 1)
-            gp[2] = arrived.shape[1]
+            gp[GP_RING] = arrived.shape[1]
         else:  # pragma: no cover - the kernel returns no other status
             raise RuntimeError(f"fast SGP engine: unknown status {status}")
     return run.result(keep_trace)
