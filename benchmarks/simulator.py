@@ -11,8 +11,9 @@ One run measures, in the same process and interleaved (the order rotates every r
   trace's rows folded away as they are made);
 * a **minimal numba kernel** of the same model (:func:`minimal`: compute → the server's shared
   link in → its apply queue → the weights back over its link out, one heap of (time, counter)
-  events, the draws made up front, no trace, no stalls, no buckets): what a compiled event
-  loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate;
+  events, the draws made up front, no trace, no stalls, no buckets, every index unsigned
+  (``ix``, as the engine's: numba then skips a signed index's wrap-around)): what a compiled
+  event loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate;
 * the same kernel **writing the trace** the fast engine writes (:func:`minimal_traced`: the
   grad, apply, input and eval rows into columns allocated with their defaults): the second
   reference, which says how much of the gap is the trace, work the first reference skips.
@@ -145,6 +146,9 @@ def skeleton(p: dict) -> int:
     return state["version"]
 
 
+ix = np.uint64  # an index known to be ≥ 0, as fast_core.ix: numba skips a signed index's wrap-around
+
+
 def _minimal_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray, tx: float, lat: float) -> int:
     """Async PS: every learner pulls at t = 0 (the link out, FIFO), computes, pushes (the link
     in, then the apply queue, FIFO), and pulls again once the server applied it; until
@@ -162,63 +166,65 @@ def _minimal_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray
     for i in range(lam):  # pulls at t = 0
         start = out_free if out_free > 0.0 else 0.0
         out_free = start + tx
-        t = out_free + lat + draws[issued]
+        t = out_free + lat + draws[ix(issued)]
         issued += 1
         pos = n
         n += 1
         while pos > 0:
             par = (pos - 1) >> 1
-            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+            if ht[ix(par)] < t or (ht[ix(par)] == t and hk[ix(par)] < counter):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(par)], hk[ix(par)], hs[ix(par)]
             pos = par
-        ht[pos], hk[pos], hs[pos] = t, counter, i
+        ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, counter, i
         counter += 1
     while n > 0:
         now, i = ht[0], hs[0]
         n -= 1  # pop
-        t, key, slot = ht[n], hk[n], hs[n]
+        t, key, slot = ht[ix(n)], hk[ix(n)], hs[ix(n)]
         pos = 0
         while True:
             child = 2 * pos + 1
             if child >= n:
                 break
             right = child + 1
-            if right < n and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
-                child = right
-            if t < ht[child] or (t == ht[child] and key < hk[child]):
+            if right < n:
+                tr, tc = ht[ix(right)], ht[ix(child)]
+                if tr < tc or (tr == tc and hk[ix(right)] < hk[ix(child)]):
+                    child = right
+            if t < ht[ix(child)] or (t == ht[ix(child)] and key < hk[ix(child)]):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[child], hk[child], hs[child]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(child)], hk[ix(child)], hs[ix(child)]
             pos = child
         if n > 0:
-            ht[pos], hk[pos], hs[pos] = t, key, slot
-        if phase[i] == 0:  # computed: push through the link in to the apply queue
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, key, slot
+        if phase[ix(i)] == 0:  # computed: push through the link in to the apply queue
             start = in_free if in_free > now else now
             in_free = start + tx
             arrive = in_free + lat
             start = srv_free if srv_free > arrive else arrive
-            srv_free = start + applies[napp]
+            srv_free = start + applies[ix(napp)]
             napp += 1
             t = srv_free
-            phase[i] = 1
+            phase[ix(i)] = 1
         else:  # applied: a new version; pull again while gradients are left
             version += 1
             if issued >= total:
                 continue
             start = out_free if out_free > now else now
             out_free = start + tx
-            t = out_free + lat + draws[issued]
+            t = out_free + lat + draws[ix(issued)]
             issued += 1
-            phase[i] = 0
+            phase[ix(i)] = 0
         pos = n
         n += 1
         while pos > 0:
             par = (pos - 1) >> 1
-            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+            if ht[ix(par)] < t or (ht[ix(par)] == t and hk[ix(par)] < counter):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(par)], hk[ix(par)], hs[ix(par)]
             pos = par
-        ht[pos], hk[pos], hs[pos] = t, counter, i
+        ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, counter, i
         counter += 1
     return version
 
@@ -248,84 +254,87 @@ def _minimal_traced_kernel(lam: int, total: int, draws: np.ndarray, applies: np.
     for i in range(lam):  # pulls at t = 0
         start = out_free if out_free > 0.0 else 0.0
         out_free = start + tx
-        began[i] = out_free + lat
-        t = began[i] + draws[issued]
+        began[ix(i)] = out_free + lat
+        t = began[ix(i)] + draws[ix(issued)]
         issued += 1
         pos = h
         h += 1
         while pos > 0:
             par = (pos - 1) >> 1
-            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+            if ht[ix(par)] < t or (ht[ix(par)] == t and hk[ix(par)] < counter):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(par)], hk[ix(par)], hs[ix(par)]
             pos = par
-        ht[pos], hk[pos], hs[pos] = t, counter, i
+        ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, counter, i
         counter += 1
     while h > 0:
         now, i = ht[0], hs[0]
         h -= 1  # pop
-        t, key, slot = ht[h], hk[h], hs[h]
+        t, key, slot = ht[ix(h)], hk[ix(h)], hs[ix(h)]
         pos = 0
         while True:
             child = 2 * pos + 1
             if child >= h:
                 break
             right = child + 1
-            if right < h and (ht[right] < ht[child] or (ht[right] == ht[child] and hk[right] < hk[child])):
-                child = right
-            if t < ht[child] or (t == ht[child] and key < hk[child]):
+            if right < h:
+                tr, tc = ht[ix(right)], ht[ix(child)]
+                if tr < tc or (tr == tc and hk[ix(right)] < hk[ix(child)]):
+                    child = right
+            if t < ht[ix(child)] or (t == ht[ix(child)] and key < hk[ix(child)]):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[child], hk[child], hs[child]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(child)], hk[ix(child)], hs[ix(child)]
             pos = child
         if h > 0:
-            ht[pos], hk[pos], hs[pos] = t, key, slot
-        if phase[i] == 0:  # computed: its grad row; push through the link in to the apply queue
-            k = batches[i]
-            batches[i] = k + 1
-            kind[ops], node[ops], src_node[ops], src_version[ops] = 0, i, 0, read[i]
-            sample_start[ops], batch_size[ops], batch_index[ops] = (k * lam + i) * mu, mu, k
-            t_start[ops], t_end[ops], epoch[ops] = began[i], now, samples / n
-            grad[i] = ops
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, key, slot
+        if phase[ix(i)] == 0:  # computed: its grad row; push through the link in to the apply queue
+            k = batches[ix(i)]
+            batches[ix(i)] = k + 1
+            kind[ix(ops)], node[ix(ops)], src_node[ix(ops)], src_version[ix(ops)] = 0, i, 0, read[ix(i)]
+            sample_start[ix(ops)], batch_size[ix(ops)], batch_index[ix(ops)] = (k * lam + i) * mu, mu, k
+            t_start[ix(ops)], t_end[ix(ops)], epoch[ix(ops)] = began[ix(i)], now, samples / n
+            grad[ix(i)] = ops
             ops += 1
             start = in_free if in_free > now else now
             in_free = start + tx
             arrive = in_free + lat
             start = srv_free if srv_free > arrive else arrive
-            srv_free = start + applies[napp]
+            srv_free = start + applies[ix(napp)]
             t = srv_free
-            phase[i] = 1
+            phase[ix(i)] = 1
         else:  # applied: its apply row and input, maybe an eval; pull again while gradients are left
             samples += mu
-            kind[ops], node[ops], version[ops], in_start[ops], in_count[ops] = 1, 0, version_now, napp, 1
-            t_start[ops], t_end[ops], epoch[ops] = now, now, samples / n
-            grad_op[napp], weight[napp], staleness[napp] = grad[i], 1.0, version_now - read[i]
+            o, a = ix(ops), ix(napp)
+            kind[o], node[o], version[o], in_start[o], in_count[o] = 1, 0, version_now, napp, 1
+            t_start[o], t_end[o], epoch[o] = now, now, samples / n
+            grad_op[a], weight[a], staleness[a] = grad[ix(i)], 1.0, version_now - read[ix(i)]
             ops += 1
             napp += 1
             version_now += 1
             if samples >= mark - 1e-9:
                 while mark <= samples + 1e-9:
                     mark += every
-                kind[ops], node[ops], version[ops] = 3, 0, version_now
-                t_start[ops], t_end[ops], epoch[ops] = now, now, samples / n
+                kind[ix(ops)], node[ix(ops)], version[ix(ops)] = 3, 0, version_now
+                t_start[ix(ops)], t_end[ix(ops)], epoch[ix(ops)] = now, now, samples / n
                 ops += 1
             if issued >= total:
                 continue
             start = out_free if out_free > now else now
             out_free = start + tx
-            began[i] = out_free + lat
-            read[i] = version_now
-            t = began[i] + draws[issued]
+            began[ix(i)] = out_free + lat
+            read[ix(i)] = version_now
+            t = began[ix(i)] + draws[ix(issued)]
             issued += 1
-            phase[i] = 0
+            phase[ix(i)] = 0
         pos = h
         h += 1
         while pos > 0:
             par = (pos - 1) >> 1
-            if ht[par] < t or (ht[par] == t and hk[par] < counter):
+            if ht[ix(par)] < t or (ht[ix(par)] == t and hk[ix(par)] < counter):
                 break
-            ht[pos], hk[pos], hs[pos] = ht[par], hk[par], hs[par]
+            ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = ht[ix(par)], hk[ix(par)], hs[ix(par)]
             pos = par
-        ht[pos], hk[pos], hs[pos] = t, counter, i
+        ht[ix(pos)], hk[ix(pos)], hs[ix(pos)] = t, counter, i
         counter += 1
     return ops
 
