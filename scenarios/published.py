@@ -171,14 +171,15 @@ MISSING = {
          "first layer's copies. The push and pull then hide behind the backward, and what is left exposed is the "
          "in-machine reduce and the first layers' round trip, while the rows expose more, and more with more machines "
          "(ResNet-50, E5-E8: 0.13 s per iteration on one machine, 0.27 s on eight, against the model's 0.028 and "
-         "0.038 s). Not a per-RPC cost of the size measured apart from the rows: TensorFlow's RPC benchmark "
-         "(tf-rpcbench, 5-6 us per 8-byte transfer with hundreds in flight, 70-80 us per hop one after another) "
-         "and gRPC's ping-pong (grpc-pingpong, 48 us per empty call) give E5's 2 x 161 RPCs per step 1.8 ms, "
-         "E8's 161 x (2 + 7) with the barrier's tokens 8.0 ms (24 and 109 ms even one after another), against "
-         "the 0.10 and 0.23 s the rows expose beyond the model (docs/hardware.md). Still open: what the rows' "
-         "other 0.1-0.2 s per iteration is; one candidate, whether a machine's push and pull through the RPC "
-         "stack reach its 800 MB/s at once (tf-issue-6116 measures one transfer; the model gives each direction "
-         "a link of its own), has no measurement apart from the rows",
+         "0.038 s). Not a per-RPC cost of the size measured apart from the rows, if the RPCs run "
+         "concurrently as the protocol issues them (tf-grpc-concurrent): TensorFlow's RPC benchmark (tf-rpcbench, "
+         "5-6 us per 8-byte transfer with hundreds in flight) gives E5's 2 x 161 RPCs per step 1.8 ms and E8's "
+         "161 x (2 + 7) with the barrier's tokens 8.0 ms, 55 and 29 times less than the 0.10 and 0.23 s the rows "
+         "expose beyond the model; only one after another at the 204 us gRPC takes between two VMs "
+         "(grpc-pingpong) would they cover E8's gap (0.30 s), not E5's (66 ms; docs/hardware.md). Still open: "
+         "what the rows' other 0.10-0.23 s per iteration is; one candidate, whether a machine's push and pull "
+         "through the RPC stack reach its 800 MB/s at once (tf-issue-6116 measures one transfer; the model gives "
+         "each direction a link of its own), has no measurement apart from the rows",
     "N": "over-predicted: DDP's framework cost and overlap slowdown come from PyTorch 1.4 at batch 32; "
          "at batches of 112-256 with NVIDIA's newer PyTorch and NCCL they cost less, which the constants "
          "(per parameter, and a share of compute) do not follow",

@@ -87,11 +87,12 @@ WALK_T, WALK_LEFT = 6, 7
 
 ix = np.uint64
 """``a[ix(k)]``: index ``a`` with ``k`` known to be ≥ 0. numba gives a signed index Python's
-meaning (``k + len(a)`` when ``k < 0``): a compare, a select and a load of the length at every
+meaning (``k + len(a)`` when ``k < 0``): a sign test, a mask of the length and an add at every
 access, which LLVM drops only where it proves ``k ≥ 0``, rarely for an index read from an array
-(a learner from the heap, a row counter). An unsigned index is used as it is: on the PS kernel's
-event loop, about a third of its time (benchmarks/simulator.py, paired). Only for indices the
-kernel's invariants keep ≥ 0; never in arithmetic (numba computes int64 with uint64 in floats)."""
+(a learner from the heap, a row counter). An unsigned index is used as it is: about a third of
+the PS kernel's event loop (benchmarks/simulator.py, paired). Only for indices the kernel's
+invariants keep ≥ 0 (a negative one reads out of bounds: run ``DDLSIM_NO_NUMBA=1``, where NumPy
+refuses it); never in arithmetic (numba computes int64 with uint64 in floats)."""
 
 
 @kernel

@@ -30,7 +30,7 @@ import numpy as np
 from .collectives import transfer_time
 from .compute import CHUNK, learner_clocks
 from .dataorder import ShardLayout
-from .fast_core import (BUSY, DONE, FIFO_FIELDS, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK,  # noqa: F401 (DONE, WALK_*: the engines')
+from .fast_core import (BUSY, DONE, FIFO_FIELDS, FLUSH_OPS, NEED_POOL, NEED_ROWS, NEED_STALL, NEED_WORK,  # noqa: F401 (DONE: the engines')
                         STALL_MARGIN, STALL_START, WALK_LEFT, WALK_T, Buffers, finish_work,
                         cadence_due, fold_rows, heap_push, kernel, make_room, numba, reserve, shard_start,
                         stall_state, walk_stalls)
@@ -75,7 +75,6 @@ COLUMNS = (("ops", "kind"), ("ops", "node"), ("ops", "version"), ("ops", "src_no
 # the columns' places in the kernels' tuple (COLUMNS order), by these names only
 (C_KIND, C_NODE, C_VERSION, C_SRC_NODE, C_SRC_VERSION, C_SAMPLE_START, C_BATCH_SIZE, C_BATCH_INDEX, C_T_START,
  C_T_END, C_EPOCH, C_COEF, C_SELF_COEF, C_IN_START, C_IN_COUNT, C_GRAD_OP, C_WEIGHT, C_STALENESS) = range(18)
-assert all(globals()["C_" + name.upper()] == c for c, (_, name) in enumerate(COLUMNS)), "C_* follow COLUMNS"
 
 
 @kernel

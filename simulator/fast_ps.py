@@ -46,8 +46,8 @@ from . import seeds
 from .collectives import bucket_sizes, produced_shares, transfer_time
 from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .dataorder import ShardLayout
-from .fast_core import (DONE, FIFO_FIELDS, NEED_ROWS, NEED_STALL, NEED_WORK, STALL_MARGIN, STALL_START,
-                        WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
+from .fast_core import (BUSY, DONE, FIFO_FIELDS, NEED_ROWS, NEED_STALL, NEED_WORK, SERVED, STALL_MARGIN, STALL_START,
+                        WAIT, WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
                         heap_push, ix, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
                         stall_state, walk_stalls)
 from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim_id
@@ -952,10 +952,10 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         "updates": int(st[ST_VERSION]),
         "sim_time_s": T,
         "gradients_per_s": processed / T if T > 0 else math.inf,
-        "server_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in queue])),
-        "server_wait_mean_s": float(np.mean([q[2] / q[3] if q[3] else 0.0 for q in queue])),
-        "link_in_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_in])),
-        "link_out_utilization": float(np.mean([min(1.0, q[1] / T) if T > 0 else 0.0 for q in link_out])),
+        "server_utilization": float(np.mean([min(1.0, q[BUSY] / T) if T > 0 else 0.0 for q in queue])),
+        "server_wait_mean_s": float(np.mean([q[WAIT] / q[SERVED] if q[SERVED] else 0.0 for q in queue])),
+        "link_in_utilization": float(np.mean([min(1.0, q[BUSY] / T) if T > 0 else 0.0 for q in link_in])),
+        "link_out_utilization": float(np.mean([min(1.0, q[BUSY] / T) if T > 0 else 0.0 for q in link_out])),
         "compute_utilization": float(fst[FS_COMPUTE]) / (lam * T) if T > 0 else 0.0,
     }
     return trace, summary, hist, evals, trace.header["run_id"] if trace is not None else sim_id(point)  # (one hash)

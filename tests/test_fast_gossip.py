@@ -165,3 +165,9 @@ def test_a_minibatch_spanning_hundreds_of_stalls_resumes_its_walk_after_a_refill
     assert any(resumed)
     assert T.encode(fast.trace) == T.encode(ref.trace)
     assert fast.summary == ref.summary
+
+
+def test_the_kernels_column_places_follow_columns_order() -> None:
+    """``C_KIND`` … ``C_STALENESS`` are the places of :data:`.fast_nodes.COLUMNS` in order."""
+    names = [name for _, name in fast_nodes.COLUMNS]
+    assert [getattr(fast_nodes, "C_" + name.upper()) for name in names] == list(range(len(names)))
