@@ -12,7 +12,8 @@ One run measures, in the same process and interleaved (the order rotates every r
 * a **minimal numba kernel** of the same model (:func:`minimal`: compute → the server's shared
   link in → its apply queue → the weights back over its link out, one heap of (time, counter)
   events, the draws made up front, no trace, no stalls, no buckets, every index unsigned
-  (``ix``, as the engine's: numba then skips a signed index's wrap-around)): what a compiled
+  (``fast_core.ix``, as the engine's: numba then skips a signed index's wrap-around), compiled with
+  the engine's error model): what a compiled
   event loop of this model costs at least. The fast engine's goal is ≥ 0.8× its rate;
 * the same kernel **writing the trace** the fast engine writes (:func:`minimal_traced`: the
   grad, apply, input and eval rows into columns allocated with their defaults): the second
@@ -48,7 +49,7 @@ import numpy as np
 import simpy
 
 from ddlsim.scenarios.load import load, load_text
-from ddlsim.simulator.fast_core import block_columns
+from ddlsim.simulator.fast_core import block_columns, ix
 from ddlsim.simulator.run import simulate
 from ddlsim.simulator.trace import EVAL, INPUT_COLUMNS, OP_COLUMNS
 
@@ -144,9 +145,6 @@ def skeleton(p: dict) -> int:
         env.process(learner(i))
     env.run()
     return state["version"]
-
-
-ix = np.uint64  # an index known to be ≥ 0, as fast_core.ix: numba skips a signed index's wrap-around
 
 
 def _minimal_kernel(lam: int, total: int, draws: np.ndarray, applies: np.ndarray, tx: float, lat: float) -> int:
@@ -341,8 +339,9 @@ def _minimal_traced_kernel(lam: int, total: int, draws: np.ndarray, applies: np.
 
 try:
     import numba
-    _minimal_kernel = numba.njit(cache=True, nogil=True)(_minimal_kernel)
-    _minimal_traced_kernel = numba.njit(cache=True, nogil=True)(_minimal_traced_kernel)
+    # compiled as the engine's kernels are (fast_core.kernel: NumPy's error model, no zero-division checks)
+    _minimal_kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(_minimal_kernel)
+    _minimal_traced_kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(_minimal_traced_kernel)
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -424,6 +423,7 @@ def main() -> None:
     p = point("async", 32, 20 * scale)
     t0 = time.perf_counter()
     simulate(point("async", 4, 0.01), "fast")  # compile (or load the cached compilation)
+    simulate(point("async", 4, 0.01), "fast", keep_trace=False)  # (the summary-only kernel)
     minimal(point("async", 4, 0.01))
     minimal_traced(point("async", 4, 0.01))
     print(f"fast engine start-up (numba compile or cache load): {time.perf_counter() - t0:.2f} s")
