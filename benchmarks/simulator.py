@@ -424,6 +424,7 @@ def main() -> None:
     t0 = time.perf_counter()
     simulate(point("async", 4, 0.01), "fast")  # compile (or load the cached compilation)
     simulate(point("async", 4, 0.01), "fast", keep_trace=False)  # (the summary-only kernel)
+    simulate(point("hardsync", 4, 0.01), "fast")  # (the general kernel: a barrier)
     minimal(point("async", 4, 0.01))
     minimal_traced(point("async", 4, 0.01))
     print(f"fast engine start-up (numba compile or cache load): {time.perf_counter() - t0:.2f} s")
