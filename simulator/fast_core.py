@@ -20,6 +20,8 @@ fast kernels call these by their public names:
 environment variable ``DDLSIM_NO_NUMBA=1`` (read at import), or ``kernel(python=True)``, it
 returns the function unchanged: the same code runs as plain Python (slow; for a debugger or a
 coverage run). Without numba installed the fast engines are unavailable (their ``covers``).
+The kernels index with :data:`ix` wherever their invariants keep an index ≥ 0 (numba then skips
+Python's wrap-around of negative indices).
 
 numba's on-disk cache of a module is invalidated by that module's own source only, while the
 kernels that call these primitives hold compiled copies of them: importing this module runs
