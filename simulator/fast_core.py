@@ -332,10 +332,15 @@ def value_counts(values: np.ndarray) -> list[tuple[int, int]]:
     """:func:`.stats.histogram` of integer ``values``: (value, count) pairs, values ascending;
     counted in one pass (``np.bincount``) when they lie in 0 … 2¹⁶ − 1, as staleness does."""
     if len(values) and values.min() >= 0 and values.max() < 1 << 16:
-        counts = np.bincount(values)
-        at = np.flatnonzero(counts)
-        return list(zip(at.tolist(), counts[at].tolist()))
+        return nonzero_counts(np.bincount(values))
     return histogram(values)
+
+
+def nonzero_counts(counts: np.ndarray) -> list[tuple[int, int]]:
+    """The histogram of an array of counts by value (``counts[v]``: how often v occurred):
+    (value, count) pairs of the values that occurred, ascending."""
+    at = np.flatnonzero(counts)
+    return list(zip(at.tolist(), counts[at].tolist()))
 
 
 def doubled_columns(ops: dict[str, np.ndarray], inputs: dict[str, np.ndarray]

@@ -48,17 +48,20 @@ from .compute import CHUNK, DrawStream, learner_clocks, sampler
 from .dataorder import ShardLayout
 from .fast_core import (BUSY, DONE, FIFO_FIELDS, NEED_ROWS, NEED_STALL, NEED_WORK, SERVED, STALL_MARGIN, STALL_START,
                         WAIT, WALK_LEFT, WALK_T, Buffers, block_columns, cadence_due, finish_work, fold_rows, heap_pop,
-                        heap_push, ix, kernel, make_room, numba, reserve, shard_start, slice_start, sort_prefix,
-                        stall_state, walk_stalls)
+                        heap_push, ix, kernel, make_room, nonzero_counts, numba, reserve, shard_start, slice_start,
+                        sort_prefix, stall_state, walk_stalls)
 from .protocols import GLOBAL_SLICE, EvalCadence, PSCore, header_for, is_ps, sim_id
 from .protocols import ps as ps_rules
+from .stats import merge_histograms
 from .trace import APPLY, EVAL, GRAD, Trace
 
 WORK_SHARE = 1.05      # a learner's first compute draws: this × its share of the run, and WORK_MARGIN
 WORK_MARGIN = 16
 FLUSH_OPS = 1 << 15     # a summary-only run's trace rows at a time: buffers that stay in the CPU's cache
                         # (the million rows of fast_core.FLUSH_OPS cost their first touch of every page)
+FLUSH_OPS_PLAIN = 1 << 10  # the same on the plain kernel, whose only rows are evals and rare staleness
 SUMMARY_APPLY_CHUNKS = 64  # a summary-only run's first apply draws, in chunks (then a chunk at a time)
+HIST_PER_LEARNER, HIST_BINS = 4, 64  # a summary-only plain run counts staleness 0 … this × λ + HIST_BINS − 1
 NEED_APPLY = 5          # this kernel's own status code (the shared ones: :mod:`.fast_core`)
 NEED_FLUSH = NEED_ROWS
 # event kinds
@@ -400,9 +403,10 @@ def _plain_kernel_for(rows: bool) -> Any:
     """:func:`_kernel` where :func:`plain` holds (one bucket, no aggregators, a NIC per learner,
     no barrier, no staleness bound, no transient stalls), compiled for one value of ``rows``
     (a constant there: the same loop testing a run-time flag ran at about half the rate).
-    ``rows`` false (a summary-only run): of the grad and apply rows only ``kind`` and the
-    inputs' ``staleness`` are written, what :func:`.fast_core.fold_rows` reads of them (the
-    eval rows are written whole); the other columns are left as they are."""
+    ``rows`` false (a summary-only run): no grad or apply rows; each gradient's staleness is
+    counted in ``hist`` (:func:`_apply_rows`; a value beyond its range is an input row), the
+    eval rows are written whole, and :func:`.fast_core.fold_rows` reads those rows; the
+    per-learner batch counters and compute starts, which only the grad rows show, are not kept."""
 
     @kernel
     def plain_kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray, wdraw: np.ndarray,
@@ -412,9 +416,9 @@ def _plain_kernel_for(rows: bool) -> Any:
                      node: np.ndarray, version: np.ndarray, src_node: np.ndarray, src_version: np.ndarray,
                      sample_start: np.ndarray, batch_size: np.ndarray, batch_index: np.ndarray, t_start: np.ndarray,
                      t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray,
-                     in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray) -> int:
+                     in_grad: np.ndarray, in_weight: np.ndarray, in_stale: np.ndarray, hist: np.ndarray) -> int:
         """The same events in the same order as :func:`_kernel`, the same float operations and
-        the same state in the same arrays and slots (either kernel may resume the other's), but
+        the same state in the same arrays and slots (with ``rows``, either kernel may resume the other's), but
         the counters the loop moves on every event are kept in locals and written back at each
         return (stores to the trace columns then cannot alias them), and its apply writes its
         rows from those locals through the inlined :func:`_apply_rows` (not :func:`_apply`: its
@@ -456,8 +460,11 @@ def _plain_kernel_for(rows: bool) -> Any:
                 if issued >= total:
                     continue
                 issued += 1
-                k = batches[u]
-                batches[u] = k + 1
+                if rows:
+                    k = batches[u]
+                    batches[u] = k + 1
+                    ev_i[u, 2] = k
+                    ev_f[u] = t
                 work = wdraw[u, ix(wpos[u])]
                 wpos[u] += 1
                 compute += work
@@ -466,8 +473,6 @@ def _plain_kernel_for(rows: bool) -> Any:
                     delay = 0.0
                 ev_i[u, 0] = SEND
                 ev_i[u, 1] = v_now
-                ev_i[u, 2] = k
-                ev_f[u] = t
                 n_heap = heap_push(ht, hk, hs, n_heap, now_pull + delay, counter, i)
                 counter += 1
             if status != DONE:
@@ -488,10 +493,10 @@ def _plain_kernel_for(rows: bool) -> Any:
             n_heap = heap_pop(ht, hk, hs, n_heap)
             j = ev_i[u, 1]
             if what == SEND:
-                k = ev_i[u, 2]
-                r = ix(ops - ops_base)
-                kind[r] = GRAD
                 if rows:
+                    k = ev_i[u, 2]
+                    r = ix(ops - ops_base)
+                    kind[r] = GRAD
                     if layout == 1:
                         start = slice_start(k, i, lam, mu)
                     else:
@@ -505,8 +510,8 @@ def _plain_kernel_for(rows: bool) -> Any:
                     t_start[r] = ev_f[u]
                     t_end[r] = now
                     epoch[r] = ep_now
-                n = ops
-                ops += 1
+                    ev_i[u, 3] = ops
+                    ops += 1
                 last_kind = GRAD
                 done = 0.0  # _push
                 for s in range(S):
@@ -519,25 +524,27 @@ def _plain_kernel_for(rows: bool) -> Any:
                 if delay < 0.0:
                     delay = 0.0
                 ev_i[u, 0] = PROCESSED
-                ev_i[u, 3] = n
                 n_heap = heap_push(ht, hk, hs, n_heap, now + delay, counter, i)
                 counter += 1
                 continue
             # PROCESSED: the core's push
             now_pull = now
             a = ix(n_acc)
-            acc[a, 0] = ev_i[u, 3]
+            if rows:
+                acc[a, 0] = ev_i[u, 3]
             acc[a, 1] = j
             acc[a, 2] = mu
             n_acc += 1
             processed += 1
             if _update_due(n_acc, c, processed, total):  # _apply, on the locals
-                samples, ep = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs, inputs - inputs_base,
-                                          now, N, rows, kind, node, version, t_start, t_end, epoch, in_start,
-                                          in_count, in_grad, in_weight, in_stale)
+                samples, ep, written = _apply_rows(acc, n_acc, v_now, samples, ops - ops_base, inputs,
+                                                   inputs - inputs_base, now, N, rows, kind, node, version, t_start,
+                                                   t_end, epoch, in_start, in_count, in_grad, in_weight, in_stale,
+                                                   hist)
                 ep_now = ep
-                inputs += n_acc
-                ops += 1
+                inputs += written
+                if rows:
+                    ops += 1
                 last_kind = APPLY
                 v_now += 1
                 n_acc = 0
@@ -724,11 +731,13 @@ def _started(st: np.ndarray, ev_i: np.ndarray, ev_f: np.ndarray, ht: np.ndarray,
 def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: int, b: int, t: float, N: int,
                 rows: int, kind: np.ndarray, node: np.ndarray, version: np.ndarray, t_start: np.ndarray,
                 t_end: np.ndarray, epoch: np.ndarray, in_start: np.ndarray, in_count: np.ndarray, in_grad: np.ndarray,
-                in_weight: np.ndarray, in_stale: np.ndarray) -> tuple[int, float]:
+                in_weight: np.ndarray, in_stale: np.ndarray, hist: np.ndarray) -> tuple[int, float, int]:
     """PSCore._apply's rows: the ``n`` pending gradients ``acc[:n]`` (grad op, version read,
     samples) become version v + 1 at ``t`` (weights 1/n): the apply op at buffer row ``row``,
-    its inputs from input ``base`` (buffer row ``b``); ``rows`` = 0: only their ``kind`` and
-    ``staleness``. Returns the samples applied after it (``samples`` before) and its epoch."""
+    its inputs from input ``base`` (buffer row ``b``). ``rows`` = 0 (a summary-only run): no
+    apply row; each input's staleness σ counted in ``hist[σ]`` or, beyond its range, written
+    as the ``staleness`` of the next input row. Returns the samples applied after it
+    (``samples`` before), its epoch and the input rows written."""
     if n == 1:
         samples += acc[0, 2]
     else:
@@ -737,9 +746,9 @@ def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: i
             total += acc[x, 2]
         samples += total
     ep = samples / N
-    r = ix(row)
-    kind[r] = APPLY
     if rows:
+        r = ix(row)
+        kind[r] = APPLY
         node[r] = 0
         version[r] = v
         in_start[r] = base
@@ -752,10 +761,16 @@ def _apply_rows(acc: np.ndarray, n: int, v: int, samples: int, row: int, base: i
             in_grad[ix(b + x)] = acc[x, 0]
             in_stale[ix(b + x)] = v - acc[x, 1]
             in_weight[ix(b + x)] = w
-    else:
-        for x in range(n):
-            in_stale[ix(b + x)] = v - acc[x, 1]
-    return samples, ep
+        return samples, ep, n
+    written = 0
+    for x in range(n):
+        stale = v - acc[x, 1]
+        if 0 <= stale < hist.shape[0]:
+            hist[ix(stale)] += 1
+        else:
+            in_stale[ix(b + written)] = stale
+            written += 1
+    return samples, ep, written
 
 
 @kernel
@@ -767,9 +782,9 @@ def _apply(st: np.ndarray, fst: np.ndarray, ip: np.ndarray, acc: np.ndarray, t: 
     n = st[ST_ACC]
     v = st[ST_VERSION]
     base = st[ST_INPUTS]
-    samples, ep = _apply_rows(acc, n, v, st[ST_SAMPLES], st[ST_OPS] - st[ST_OPS_BASE], base, base - st[ST_INPUTS_BASE],
-                              t, ip[IP_N], 1, kind, node, version, t_start, t_end, epoch, in_start, in_count,
-                              in_grad, in_weight, in_stale)
+    samples, ep, _ = _apply_rows(acc, n, v, st[ST_SAMPLES], st[ST_OPS] - st[ST_OPS_BASE], base,
+                                 base - st[ST_INPUTS_BASE], t, ip[IP_N], 1, kind, node, version, t_start, t_end,
+                                 epoch, in_start, in_count, in_grad, in_weight, in_stale, in_stale[:0])
     st[ST_SAMPLES] = samples
     st[ST_INPUTS] = base + n
     st[ST_OPS] += 1
@@ -803,9 +818,10 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     the staleness histogram, the evaluation schedule (simulated time, epoch) and the simulation's id.
 
     ``keep_trace=False``: the trace is not kept (None); its rows pass through buffers of
-    ``FLUSH_OPS`` and are folded into the histogram and the schedule, and the draws are
-    generated as they are needed, so memory does not grow with the run (a 100M-gradient run
-    in well under 1 GB). Every other number is the same as with the trace."""
+    ``FLUSH_OPS`` (``FLUSH_OPS_PLAIN`` on the plain kernel, which counts staleness itself) and
+    are folded into the histogram and the schedule, and the draws are generated as they are
+    needed, so memory does not grow with the run (a 100M-gradient run in well under 1 GB).
+    Every other number is the same as with the trace."""
     reason = covers(point)
     if reason is not None:
         raise ValueError(f"the fast engine does not cover this point: {reason}")
@@ -836,6 +852,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     for i, clock in enumerate(clocks):
         work.grow_row(i, np.asarray(clock.draws._fn(per), dtype=np.float64))
     stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
+    is_plain = plain(B, grp, cl["gpus_per_node"], core.bound, core.barrier, stall)
     chunks = max(1, math.ceil(S * total / CHUNK))
     # the apply draws as one call (the same values as chunk by chunk: NumPy fills arrays sequentially)
     adraw = np.asarray(apply_stream._fn(CHUNK * (chunks if keep_trace else min(chunks, SUMMARY_APPLY_CHUNKS))),
@@ -860,7 +877,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     max_ops = 2 * total + min(total, int(total * mu / (N / wl["evals_per_epoch"]))) + 8  # evals ≤ applies
     n_inputs = total + max(core.c, 1) + 2
     if not keep_trace:
-        max_ops, n_inputs = min(max_ops, FLUSH_OPS), min(n_inputs, FLUSH_OPS)
+        rows = FLUSH_OPS_PLAIN if is_plain else FLUSH_OPS
+        max_ops, n_inputs = min(max_ops, rows), min(n_inputs, rows)
     ops, inputs = block_columns(max_ops, n_inputs, keep_trace)  # (no trace: no defaults needed)
     hist: list[tuple[int, int]] = []
     evals: list[tuple[float, float]] = []
@@ -900,12 +918,13 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     pend, acc = np.arange(lam, dtype=np.int64), np.zeros((max(core.c, 1) + grp + 1, 3), np.int64)
     if core.bound >= 0:
         at_clock[0] = lam
-    is_plain = plain(B, grp, g, core.bound, core.barrier, stall)
+    # a summary-only plain run counts staleness here (larger values: input rows, folded as the rest)
+    counted = np.zeros(HIST_PER_LEARNER * lam + HIST_BINS if is_plain and not keep_trace else 0, np.int64)
     while True:
         if is_plain:
             status = (_plain_kernel if keep_trace else _plain_summary_kernel)(
                 ip, fp, st, fst, work.data, work.pos, work.len, adraw, link_in, link_out, queue, batches, pend, acc,
-                ht, hk, hs, ev_i, ev_f, *cols)
+                ht, hk, hs, ev_i, ev_f, *cols, counted)
         else:
             status = _kernel(ip, fp, st, fst, work.data, work.pos, work.len, stall_draws.data, stall_draws.pos,
                              stall_draws.len, stall, adraw, link_in, link_out, queue, batches, done_clock, at_clock,
@@ -946,6 +965,7 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
         trace = Trace(header_for(point, 1, core.layout), {k: v[:n_ops] for k, v in ops.items()},
                       {k: v[:n_in] for k, v in inputs.items()})
     flush()
+    hist = merge_histograms(hist, nonzero_counts(counted))
     processed, T = int(st[ST_PROCESSED]), end_time
     summary = {
         "gradients": processed,

@@ -1,8 +1,9 @@
 """The fast engine's plain kernels (``fast_ps._plain_kernel``, and ``_plain_summary_kernel`` for a
 summary-only run: async and n-softsync with one bucket, no aggregators, a NIC per learner, no
 transient stalls) against the SimPy engine:
-byte-identical traces and equal summaries on a property-based grid of the points it runs,
-and across each of its stops (draw refills, buffer flushes)."""
+byte-identical traces and equal summaries, staleness histograms and eval schedules on a
+property-based grid of the points it runs, and across each of its stops (draw refills,
+buffer flushes, staleness beyond the range the summary-only kernel counts)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,16 @@ def test_the_plain_kernel_is_byte_identical_to_simpy(protocol, learners, n_frac,
     assert seen and seen[-1] == fast_ps.DONE  # the plain kernel ran the whole point
     assert T.encode(fast.trace) == T.encode(ref.trace)
     assert fast.summary == ref.summary
-    with patch.object(fast_ps, "FLUSH_OPS", 64):  # rows through 64-row buffers: folded at each NEED_FLUSH
+    lean, seen = plain_run(p, keep_trace=False)  # staleness counted in the kernel, no grad or apply rows
+    assert seen[-1] == fast_ps.DONE
+    assert lean.summary == ref.summary and lean.histogram == ref.histogram and lean.evals == ref.evals
+    # staleness 0 and 1 counted in the kernel; larger values (input rows) and the evals through
+    # 8-row buffers, folded at each NEED_FLUSH
+    with (patch.object(fast_ps, "FLUSH_OPS_PLAIN", 8), patch.object(fast_ps, "HIST_PER_LEARNER", 0),
+          patch.object(fast_ps, "HIST_BINS", 2)):
         lean, seen = plain_run(p, keep_trace=False)
-    assert fast_ps.NEED_FLUSH in seen or len(ref.trace.ops["kind"]) <= 64
+    rows = int((ref.trace.inputs["staleness"] >= 2).sum() + (ref.trace.ops["kind"] == T.EVAL).sum())
+    assert fast_ps.NEED_FLUSH in seen or rows <= 16
     assert lean.summary == ref.summary and lean.histogram == ref.histogram and lean.evals == ref.evals
 
 
