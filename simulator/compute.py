@@ -232,27 +232,33 @@ class LearnerClock:
             self._advance()
 
 
-def _streams(point: dict[str, Any], count: int) -> list[np.random.SeedSequence]:
-    return np.random.SeedSequence([int(point["seed"]), seeds.CLOCKS]).spawn(count + 1)
+def _clock_seed(point: dict[str, Any]) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(point["seed"]), seeds.CLOCKS])
 
 
-def _child(parent: np.random.SeedSequence, k: int) -> np.random.SeedSequence:
-    """``parent.spawn(k + 1)[k]`` of a parent that spawned none, without spawning the others
-    (nor counting them on ``parent``): NumPy's rule for the k-th child."""
-    return np.random.SeedSequence(parent.entropy, spawn_key=parent.spawn_key + (k,), pool_size=parent.pool_size)
+def _descendant(root: np.random.SeedSequence, *path: int) -> np.random.SeedSequence:
+    """``root.spawn(i + 1)[i].spawn(j + 1)[j]…`` for ``path = (i, j, …)`` of a root that spawned
+    none, made directly (NumPy's rule: a child's spawn key is its parent's and its index), the
+    siblings neither made nor counted on ``root``."""
+    return np.random.SeedSequence(root.entropy, spawn_key=root.spawn_key + path, pool_size=root.pool_size)
 
 
-def _stall_rng(learner: np.random.SeedSequence) -> np.random.Generator:
-    return np.random.default_rng(_child(learner, 1))
+def _rng(seed: np.random.SeedSequence) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))  # (np.random.default_rng's generator)
 
 
-def _chosen(pick: np.random.SeedSequence, fraction: float, count: int) -> set[int]:
-    return set(np.random.default_rng(pick).permutation(count)[: round(fraction * count)].tolist())
+def _stall_rng(root: np.random.SeedSequence, learner: int) -> np.random.Generator:
+    return _rng(_descendant(root, learner + 1, 1))
+
+
+def _chosen(root: np.random.SeedSequence, fraction: float, count: int) -> set[int]:
+    k = round(fraction * count)
+    return set(_rng(_descendant(root, 0)).permutation(count)[:k].tolist()) if k else set()
 
 
 def stragglers(point: dict[str, Any], count: int) -> set[int]:
     """The persistently slow learners: ``round(fraction × count)`` of them, chosen by the seed."""
-    return _chosen(_streams(point, count)[0], point["cluster"]["stragglers"]["fraction"], count)
+    return _chosen(_clock_seed(point), point["cluster"]["stragglers"]["fraction"], count)
 
 
 def learner_clocks(point: dict[str, Any], count: int) -> list[LearnerClock]:
@@ -261,17 +267,17 @@ def learner_clocks(point: dict[str, Any], count: int) -> list[LearnerClock]:
     The same point gives the same clocks in the simulator and the live backend (one seed
     tag, :data:`.seeds.CLOCKS`), whatever the protocol. Learner i's streams: child i + 1 of
     the tag's seed, whose children 0 (the compute draws) and 1 (the stalls, its generator made
-    only if a stall is drawn)."""
+    only if a stall is drawn); child 0 of the tag's seed picks the stragglers."""
     cl = point["cluster"]
     comp, strag = cl["compute"], cl["stragglers"]
     mean = mean_compute_s(comp, cl["minibatch"])
-    streams = _streams(point, count)
-    slow = _chosen(streams[0], strag["fraction"], count)
+    root = _clock_seed(point)
+    slow = _chosen(root, strag["fraction"], count)
     chunk = max(256, min(CHUNK, (1 << 20) // max(1, count)))  # ≤ ~1M buffered draws in all
     clocks = []
-    for i, ss in enumerate(streams[1:]):
+    for i in range(count):
         m = mean * (strag["slowdown"] if i in slow else 1.0)
-        fn = sampler(comp["distribution"], m, comp["cv"], np.random.default_rng(_child(ss, 0)))
+        fn = sampler(comp["distribution"], m, comp["cv"], _rng(_descendant(root, i + 1, 0)))
         clocks.append(LearnerClock(DrawStream(fn, chunk), strag["stall_rate_per_s"], strag["stall_mean_s"],
-                                   partial(_stall_rng, ss)))
+                                   partial(_stall_rng, root, i)))
     return clocks
