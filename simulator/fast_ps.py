@@ -25,7 +25,8 @@ Two kernels run that loop: :func:`_kernel`, every covered configuration, and
 a NIC per learner, neither barrier nor staleness bound, no transient stalls: async and
 n-softsync as most scenarios run them), whose hot counters live in locals (≈ 2.2× the rate),
 compiled twice: with every trace row, and for a summary-only run (``_plain_summary_kernel``)
-writing only what the summary folds of them (kinds, staleness, the eval rows). All share the
+counting the staleness itself (a histogram array; a value beyond its range is an input row)
+and writing only the eval rows. All share the
 state layout below and every helper (an apply's rows: :func:`_apply_rows`); tests/test_fast.py's
 grid holds them to the SimPy engine, tests/test_fast_plain.py the plain ones.
 
