@@ -853,7 +853,8 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     for i, clock in enumerate(clocks):
         work.grow_row(i, np.asarray(clock.draws._fn(per), dtype=np.float64))
     stall, stall_draws, scale_gap, scale_len = stall_state(point, clocks, CHUNK)
-    is_plain = plain(B, grp, cl["gpus_per_node"], core.bound, core.barrier, stall)
+    g = cl["gpus_per_node"]
+    is_plain = plain(B, grp, g, core.bound, core.barrier, stall)
     chunks = max(1, math.ceil(S * total / CHUNK))
     # the apply draws as one call (the same values as chunk by chunk: NumPy fills arrays sequentially)
     adraw = np.asarray(apply_stream._fn(CHUNK * (chunks if keep_trace else min(chunks, SUMMARY_APPLY_CHUNKS))),
@@ -906,7 +907,6 @@ def simulate_ps_fast(point: dict[str, Any], keep_trace: bool = True
     slots = lam * (2 * B - 1) + A + 1
     ht, hk, hs = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(slots, np.int64)
     bapply, bdone, bmark = np.zeros((lam, S)), np.zeros(lam), np.zeros((lam, B))
-    g = cl["gpus_per_node"]
     node_links = np.zeros((2 * (lam // g), FIFO_FIELDS))  # the nodes' NICs out, then in
     aggs = (np.zeros((A, FIFO_FIELDS)), np.zeros(A, np.int64), np.zeros(A), np.zeros((A, grp, 3), np.int64),
             np.zeros(A, np.int64),
