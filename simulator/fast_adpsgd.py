@@ -28,7 +28,7 @@ from .fast_nodes import (C_GRAD_OP, C_KIND, DONE, ENTER, FP_EVERY, FS_BLOCKED, F
                          MI_SRC_VERSION, MI_STATE, NEED_POOL, NEED_ROWS, NEED_STALL, ST_FREE, ST_HEAP, ST_NEED,
                          ST_PEND_HEAD, ST_PEND_TAIL, WALK_RESUME, apply_row, draws_short, enter, grad_row, mix_row,
                          queue_begin, release, rows_short, send, start_compute)
-from .fast_core import heap_pop, kernel, numba
+from .fast_core import heap_pop, kernel
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -41,6 +41,7 @@ def covers(point: dict[str, Any]) -> str | None:
     return fast_nodes.covers(point, "adpsgd")
 
 
+@kernel
 def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
             spos: np.ndarray, slen: np.ndarray, walk: np.ndarray, c_ptr: np.ndarray, c_idx: np.ndarray,
@@ -124,6 +125,7 @@ def _kernel(ip: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             _finish(dst, now, K, mu, spe, every, cad_end, st, fst, cols, c_ptr, it, read, gop, version, pend, pend_t)
 
 
+@kernel
 def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end: int, st: np.ndarray,
             fst: np.ndarray, cols: tuple, c_ptr: np.ndarray, it: np.ndarray, read: np.ndarray, gop: np.ndarray,
             version: np.ndarray, pend: np.ndarray, pend_t: np.ndarray) -> None:
@@ -136,16 +138,9 @@ def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end
         queue_begin(i, now, pend, pend_t, st)
 
 
-# the rules, as the SimPy engine runs them (compiled below when numba is there)
+# the rules, as the SimPy engine runs them, compiled (fast_core.kernel)
 AVERAGE_COEF = gossip_rules.AVERAGE_COEF
-_staleness = gossip_rules.adpsgd_staleness
-
-if numba is not None:
-    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
-    _staleness = _jit(_staleness)
-    _finish = _jit(_finish)
-    _kernel = _jit(_kernel)
-
+_staleness = kernel(gossip_rules.adpsgd_staleness)
 
 def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
                          ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]],
@@ -168,7 +163,7 @@ def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         ip, fp, st, fst, *draws = run.head()
         # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
-        status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,  # type: ignore[call-arg]
+        status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,
                          computed, averaged, version, ev_k, ev_v, run.pend, run.pend_t, *run.pool.arrays(), run.cols)
         if status == DONE:
             break

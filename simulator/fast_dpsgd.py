@@ -31,7 +31,7 @@ from .fast_nodes import (C_GRAD_OP, C_KIND, DELIVER, DONE, ENTER, FP_EVERY, FS_B
                          MI_ITER, MI_SRC, MI_SRC_VERSION, MI_STATE, NEED_POOL, NEED_ROWS, NEED_STALL, ST_FREE, ST_HEAP,
                          ST_NEED, ST_PEND_HEAD, ST_PEND_TAIL, WALK_RESUME, apply_row, draws_short, enter, grad_row,
                          mix_row, queue_begin, release, rows_short, send, start_compute)
-from .fast_core import heap_pop, kernel, numba
+from .fast_core import heap_pop, kernel
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -48,6 +48,7 @@ def covers(point: dict[str, Any]) -> str | None:
     return fast_nodes.covers(point, "dpsgd")
 
 
+@kernel
 def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
             spos: np.ndarray, slen: np.ndarray, walk: np.ndarray,
@@ -153,6 +154,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
                         nb_self, it, t_ready, gop, version, inb_c, inb_v, inb_t, pend, pend_t)
 
 
+@kernel
 def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int, spe: int, every: float, cad_end: int,
                 st: np.ndarray, fst: np.ndarray, cols: tuple, nb_ptr: np.ndarray, nb_idx: np.ndarray,
                 nb_w: np.ndarray, nb_self: np.ndarray, it: np.ndarray, t_ready: np.ndarray, gop: np.ndarray,
@@ -177,12 +179,6 @@ def _try_finish(i: int, now: float, K: int, phases: int, blocking: int, mu: int,
     it[i] = k + 1
     if k + 1 < K:
         queue_begin(i, now, pend, pend_t, st)
-
-
-if numba is not None:
-    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
-    _try_finish = _jit(_try_finish)
-    _kernel = _jit(_kernel)
 
 
 def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
@@ -217,7 +213,7 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         ip, fp, st, fst, *draws = run.head()
         # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
-        status = _kernel(ip, gp, fp, st, fst, *draws, *nb, run.links, it, t_start, t_ready, computed, gop, version,  # type: ignore[call-arg]
+        status = _kernel(ip, gp, fp, st, fst, *draws, *nb, run.links, it, t_start, t_ready, computed, gop, version,
                          ev_k, ev_v, run.pend, run.pend_t, inb_c, inb_v, inb_t, *run.pool.arrays(), run.cols)
         if status == DONE:
             break

@@ -43,7 +43,7 @@ from .fast_nodes import (C_GRAD_OP, C_KIND, DELIVER, DONE, ENTER, FP_EVERY, FS_B
                          ST_DELAY_COUNT, ST_DELAY_SUM, ST_FREE, ST_HEAP, ST_NEED, ST_PEND_HEAD, ST_PEND_TAIL,
                          WALK_RESUME, apply_row, draws_short, enter, grad_row, mix_row, queue_begin, release,
                          rows_short, send, start_compute)
-from .fast_core import heap_pop, kernel, numba
+from .fast_core import heap_pop, kernel
 from .protocols import gossip_rules
 from .protocols.gossip import iterations
 from .trace import Trace
@@ -59,6 +59,7 @@ def covers(point: dict[str, Any]) -> str | None:
     return fast_nodes.covers(point, "sgp")
 
 
+@kernel
 def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst: np.ndarray,
             wdraw: np.ndarray, wpos: np.ndarray, wlen: np.ndarray, stall: np.ndarray, sdraw: np.ndarray,
             spos: np.ndarray, slen: np.ndarray, walk: np.ndarray,
@@ -168,6 +169,7 @@ def _kernel(ip: np.ndarray, gp: np.ndarray, fp: np.ndarray, st: np.ndarray, fst:
             held_n[j] += 1
 
 
+@kernel
 def _advance(j: int, K: int, phases: int, n: int, R: int, indeg: np.ndarray, arrived: np.ndarray,
              complete: np.ndarray) -> int:
     """SGPRun._advance: move node j's "every message of iterations ≤ c is in" mark
@@ -177,6 +179,7 @@ def _advance(j: int, K: int, phases: int, n: int, R: int, indeg: np.ndarray, arr
     return c
 
 
+@kernel
 def _next(i: int, k: int, now: float, K: int, it: np.ndarray, done: np.ndarray, blocked_at: np.ndarray,
           pend: np.ndarray, pend_t: np.ndarray, st: np.ndarray) -> None:
     """SGPRun._next: iteration k + 1 begins now (at the loop's top), or the node is done."""
@@ -188,6 +191,7 @@ def _next(i: int, k: int, now: float, K: int, it: np.ndarray, done: np.ndarray, 
         blocked_at[i] = K - 1
 
 
+@kernel
 def _mix_msg(st: np.ndarray, cols: tuple, i: int, m: int, k_now: int, now: float, m_i: np.ndarray,
              m_f: np.ndarray, free: np.ndarray, version: np.ndarray, spe: int) -> None:
     """SGPRun._mix_msg; message m's slot goes back to the pool."""
@@ -198,27 +202,12 @@ def _mix_msg(st: np.ndarray, cols: tuple, i: int, m: int, k_now: int, now: float
     release(st, m, free)
 
 
-# the rules, as the SimPy engine runs them (compiled below when numba is there)
+# the rules, as the SimPy engine runs them, compiled into the kernels that call them (numba's IR
+# inlining: no call in the hot loop; plain where fast_core.kernel leaves the code plain)
 _may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
-    gossip_rules.sgp_may_advance, gossip_rules.sgp_mix_at_boundary, gossip_rules.sgp_mix_on_arrival,
-    gossip_rules.sgp_advance)
+    kernel(rule, inline=True) for rule in (gossip_rules.sgp_may_advance, gossip_rules.sgp_mix_at_boundary,
+                                            gossip_rules.sgp_mix_on_arrival, gossip_rules.sgp_advance))
 KEPT_COEF, RECEIVED_SELF_COEF = gossip_rules.KEPT_COEF, gossip_rules.RECEIVED_SELF_COEF
-
-
-def _inlined(f: Any) -> Any:
-    """``f`` compiled into the kernels that call it (numba's IR inlining: no call in the hot
-    loop), or ``f`` itself where :func:`.fast_core.kernel` leaves the code plain."""
-    return f if kernel(f) is f else numba.njit(inline="always")(f)
-
-
-if numba is not None:
-    _jit = kernel  # numba.njit(cache=True, nogil=True), or plain Python (fast_core.kernel)
-    _may_advance, _mix_at_boundary, _mix_on_arrival, _sgp_advance = (
-        _inlined(_may_advance), _inlined(_mix_at_boundary), _inlined(_mix_on_arrival), _inlined(_sgp_advance))
-    _advance = _jit(_advance)
-    _next = _jit(_next)
-    _mix_msg = _jit(_mix_msg)
-    _kernel = _jit(_kernel)
 
 
 def _initial_sizes(n: int, tau: int, indeg: int) -> tuple[int, int, int]:
@@ -256,7 +245,7 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
     while True:
         ip, fp, st, fst, *draws = run.head()
         # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
-        status = _kernel(ip, gp, fp, st, fst, *draws, out_ptr, out_idx, indeg_flat, coefs, run.links, it, t_start,  # type: ignore[call-arg]
+        status = _kernel(ip, gp, fp, st, fst, *draws, out_ptr, out_idx, indeg_flat, coefs, run.links, it, t_start,
                          version, complete, blocked_at, block_start, done, ev_k, ev_v, run.pend, run.pend_t, held,
                          held_n, arrived.reshape(-1), *run.pool.arrays(), run.cols)
         if status == DONE:
