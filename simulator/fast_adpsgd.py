@@ -142,6 +142,7 @@ def _finish(i: int, now: float, K: int, mu: int, spe: int, every: float, cad_end
 AVERAGE_COEF = gossip_rules.AVERAGE_COEF
 _staleness = kernel(gossip_rules.adpsgd_staleness)
 
+
 def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
                          ) -> tuple[Trace | None, dict[str, Any], list[tuple[int, int]], list[tuple[float, float]],
                                     str]:
@@ -162,7 +163,6 @@ def simulate_adpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     t_start, t_ready = np.zeros(n), np.zeros(n)
     while True:
         ip, fp, st, fst, *draws = run.head()
-        # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
         status = _kernel(ip, fp, st, fst, *draws, c_ptr, c_idx, picks, run.links, it, t_start, t_ready, read, gop,
                          computed, averaged, version, ev_k, ev_v, run.pend, run.pend_t, *run.pool.arrays(), run.cols)
         if status == DONE:

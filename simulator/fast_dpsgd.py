@@ -212,7 +212,6 @@ def simulate_dpsgd_fast(point: dict[str, Any], keep_trace: bool = True
     inb_v, inb_t = np.zeros((n, ring, max(1, degree)), np.int64), np.zeros((n, ring, max(1, degree)))
     while True:
         ip, fp, st, fst, *draws = run.head()
-        # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
         status = _kernel(ip, gp, fp, st, fst, *draws, *nb, run.links, it, t_start, t_ready, computed, gop, version,
                          ev_k, ev_v, run.pend, run.pend_t, inb_c, inb_v, inb_t, *run.pool.arrays(), run.cols)
         if status == DONE:

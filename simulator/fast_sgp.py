@@ -244,7 +244,6 @@ def simulate_sgp_fast(point: dict[str, Any], keep_trace: bool = True
     arrived = np.zeros((n, ring), np.int64)
     while True:
         ip, fp, st, fst, *draws = run.head()
-        # mypy cannot count arguments after a starred one of unknown length: the compiled kernel checks them
         status = _kernel(ip, gp, fp, st, fst, *draws, out_ptr, out_idx, indeg_flat, coefs, run.links, it, t_start,
                          version, complete, blocked_at, block_start, done, ev_k, ev_v, run.pend, run.pend_t, held,
                          held_n, arrived.reshape(-1), *run.pool.arrays(), run.cols)
