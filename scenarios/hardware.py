@@ -4,6 +4,9 @@
   published throughput for the point's model (``per_sample_s = 1 / throughput``, ``base_s
   = 0``, deterministic; the line through two published batch sizes where the source gives
   both) and the intra-node link to the GPU's (``intra_bandwidth_Bps``, ``intra_latency_s``);
+  a GPU with a ``multi_gpu_slowdown`` (k80: calibrated, labelled so in its source) computes
+  that much slower whenever a node runs more than one of it (``base_s`` += the share × the
+  minibatch's compute time);
 * ``cluster.network.preset = "ib-edr"`` sets ``latency_s``, ``bandwidth_Bps`` and
   ``overhead_s``;
 * ``protocol.library = "nccl"`` applies a library's figures (``libraries.toml``, :mod:`.libraries`).
@@ -82,6 +85,11 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
                 base = fixed
         fill("cluster.compute.base_s", base)
         fill("cluster.compute.distribution", "deterministic")
+        slowdown = cat["gpu"][gpu].get("multi_gpu_slowdown")
+        if slowdown and cl["gpus_per_node"] > 1:
+            comp = cl["compute"]
+            work = comp["base_s"] + cl["minibatch"] * comp["per_sample_s"]
+            fill("cluster.compute.base_s", comp["base_s"] + float(slowdown) * work)
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
@@ -105,6 +113,8 @@ def listing() -> str:
     for key, g in cat["gpu"].items():
         figures = [f"{p} {m} {e['per_s']:g}" for p in PRECISIONS for m, e in g.get(p, {}).items()]
         host = f"; host memory {g['host_memory_Bps'] / 1e9:g} GB/s" if "host_memory_Bps" in g else ""
+        if "multi_gpu_slowdown" in g:
+            host += f"; {g['multi_gpu_slowdown']:.2%} slower with more than one per node [{g['multi_gpu_source']}]"
         lines.append(f"  {key:12s} {g['name']}; intra-node {g['intra']}{host}")
         lines.append(f"               {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
     lines.append("Networks (cluster.network.preset):")
@@ -136,6 +146,10 @@ def markdown() -> str:
     if hosts:
         out += ["", "| GPU | host memory bandwidth (B/s, the servers' CPU apply) | source |", "|---|---|---|"]
         out += [f"| {key} | {g['host_memory_Bps']:g} | [{g['host_source']}](#sources) |" for key, g in hosts]
+    slow = [(key, g) for key, g in cat["gpu"].items() if "multi_gpu_slowdown" in g]
+    if slow:
+        out += ["", "| GPU | compute slowdown with more than one GPU per node | source |", "|---|---|---|"]
+        out += [f"| {key} | {g['multi_gpu_slowdown']:g} | [{g['multi_gpu_source']}](#sources) |" for key, g in slow]
     out += ["", "| link | bandwidth (B/s, per direction) | latency (s) | overhead (s) | name | source |",
             "|---|---|---|---|---|---|"]
     for table in ("intra", "network"):
@@ -168,6 +182,11 @@ def check_catalogue() -> list[str]:
                         problems.append(f"gpu {key} {p} {m}: its two points give a negative base_s or per_sample_s")
         if "host_memory_Bps" in g and g.get("host_source") not in cat["sources"]:
             problems.append(f"gpu {key} host_memory_Bps: unknown source {g.get('host_source')!r}")
+        if "multi_gpu_slowdown" in g:
+            if g.get("multi_gpu_source") not in cat["sources"]:
+                problems.append(f"gpu {key} multi_gpu_slowdown: unknown source {g.get('multi_gpu_source')!r}")
+            if not 0 <= g["multi_gpu_slowdown"] < 1:
+                problems.append(f"gpu {key} multi_gpu_slowdown: must be >= 0 and < 1")
     for key, lib in libraries.libraries().items():
         for f in libraries.FIGURES:
             if f in lib and libraries.source_of(lib, f) not in cat["sources"]:
