@@ -4,9 +4,11 @@
   published throughput for the point's model (``per_sample_s = 1 / throughput``, ``base_s
   = 0``, deterministic; the line through two published batch sizes where the source gives
   both) and the intra-node link to the GPU's (``intra_bandwidth_Bps``, ``intra_latency_s``);
-  a GPU with a ``multi_gpu_slowdown`` (k80: calibrated, labelled so in its source) computes
-  that much slower whenever a node runs more than one of it (``base_s`` += the share × the
-  minibatch's compute time);
+  a GPU with a ``multi_gpu_slowdown`` (k80: calibrated, labelled so in its source) fills
+  ``cluster.compute.multi_gpu_slowdown``;
+* ``cluster.compute.multi_gpu_slowdown`` (the key, or the GPU preset's figure): whenever a node
+  runs more than one GPU, ``base_s`` += the share × the minibatch's compute time, on the compute
+  the point states or the preset gave (before the library's figures and the input cap);
 * ``cluster.network.preset = "ib-edr"`` sets ``latency_s``, ``bandwidth_Bps`` and
   ``overhead_s``;
 * ``protocol.library = "nccl"`` applies a library's figures (``libraries.toml``, :mod:`.libraries`).
@@ -85,14 +87,14 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
                 base = fixed
         fill("cluster.compute.base_s", base)
         fill("cluster.compute.distribution", "deterministic")
-        slowdown = cat["gpu"][gpu].get("multi_gpu_slowdown")
-        if slowdown and cl["gpus_per_node"] > 1:
-            comp = cl["compute"]
-            work = comp["base_s"] + cl["minibatch"] * comp["per_sample_s"]
-            fill("cluster.compute.base_s", comp["base_s"] + float(slowdown) * work)
+        if "multi_gpu_slowdown" in cat["gpu"][gpu] and cl["gpus_per_node"] > 1:
+            fill("cluster.compute.multi_gpu_slowdown", float(cat["gpu"][gpu]["multi_gpu_slowdown"]))
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
+    comp = cl["compute"]
+    if comp.get("multi_gpu_slowdown") and cl["gpus_per_node"] > 1:
+        comp["base_s"] += comp["multi_gpu_slowdown"] * (comp["base_s"] + cl["minibatch"] * comp["per_sample_s"])
     preset = cl["network"]["preset"]
     if preset is not None:
         if preset not in cat["network"]:
@@ -114,7 +116,8 @@ def listing() -> str:
         figures = [f"{p} {m} {e['per_s']:g}" for p in PRECISIONS for m, e in g.get(p, {}).items()]
         host = f"; host memory {g['host_memory_Bps'] / 1e9:g} GB/s" if "host_memory_Bps" in g else ""
         if "multi_gpu_slowdown" in g:
-            host += f"; {g['multi_gpu_slowdown']:.2%} slower with more than one per node [{g['multi_gpu_source']}]"
+            host += (f"; {g['multi_gpu_slowdown']:.2%} slower with more than one per node (CALIBRATED) "
+                     f"[{g['multi_gpu_source']}]")
         lines.append(f"  {key:12s} {g['name']}; intra-node {g['intra']}{host}")
         lines.append(f"               {', '.join(figures) if figures else 'no published per-GPU figure catalogued'}")
     lines.append("Networks (cluster.network.preset):")
@@ -148,7 +151,8 @@ def markdown() -> str:
         out += [f"| {key} | {g['host_memory_Bps']:g} | [{g['host_source']}](#sources) |" for key, g in hosts]
     slow = [(key, g) for key, g in cat["gpu"].items() if "multi_gpu_slowdown" in g]
     if slow:
-        out += ["", "| GPU | compute slowdown with more than one GPU per node | source |", "|---|---|---|"]
+        out += ["", "| GPU | compute slowdown with more than one GPU per node (**calibrated**) | source |",
+                "|---|---|---|"]
         out += [f"| {key} | {g['multi_gpu_slowdown']:g} | [{g['multi_gpu_source']}](#sources) |" for key, g in slow]
     out += ["", "| link | bandwidth (B/s, per direction) | latency (s) | overhead (s) | name | source |",
             "|---|---|---|---|---|---|"]
@@ -185,7 +189,7 @@ def check_catalogue() -> list[str]:
         if "multi_gpu_slowdown" in g:
             if g.get("multi_gpu_source") not in cat["sources"]:
                 problems.append(f"gpu {key} multi_gpu_slowdown: unknown source {g.get('multi_gpu_source')!r}")
-            if not 0 <= g["multi_gpu_slowdown"] < 1:
+            if not isinstance(g["multi_gpu_slowdown"], (int, float)) or not 0 <= g["multi_gpu_slowdown"] < 1:
                 problems.append(f"gpu {key} multi_gpu_slowdown: must be >= 0 and < 1")
     for key, lib in libraries.libraries().items():
         for f in libraries.FIGURES:

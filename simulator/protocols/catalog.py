@@ -109,6 +109,7 @@ LATE_DEFAULTS: dict[str, Any] = {
     "cluster.server.placement": "dedicated",
     "cluster.server.pull": "whole",
     "cluster.input.samples_per_s": None,
+    "cluster.compute.multi_gpu_slowdown": None,
 }
 
 
