@@ -657,7 +657,7 @@ def note(results: list[Result]) -> str:
               "found), so it is a calibration, and the E rows' calibrated column says so. Tried on the rows",
               "before this rule was fixed: 5 % and 4.79 % (the median with the transfer left in)." + uncalibrated,
               "The rows state `cluster.compute.per_sample_s` (the source's single-GPU rate), so the GPU",
-              "preset's two-batch-size line does not enter them.",
+              "preset's two-batch-size line does not enter them (the k80 slowdown does).",
               "",
               "Alpha-beta: the single-GPU time plus 2(N−1)/N · B/β (ring) or 2B/β (parameter server), β the",
               "nominal link (the network preset's NIC across nodes, the GPU's link on one node), B the",

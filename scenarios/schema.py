@@ -162,7 +162,8 @@ FIELDS: tuple[Field, ...] = (
     _i("cluster.gpus_per_node", 1, "Learners (one per GPU) that share a node and its NIC; learners must be a "
        "multiple of it.", minimum=1, maximum=1024),
     _s("cluster.gpu", None, "Hardware preset (`ddlsim hardware`): fills cluster.compute.base_s/per_sample_s from "
-       "the GPU's published throughput for the model, and the intra-node link; explicit keys win.", optional=True),
+       "the GPU's published throughput for the model, the intra-node link and the GPU's multi-GPU slowdown where it "
+       "has one (k80); explicit keys win.", optional=True),
     _s("cluster.precision", "fp32", "Precision of the GPU preset's throughput.", choices=("fp32", "mixed")),
     _s("cluster.compute.distribution", "lognormal", "Distribution of compute time around its mean.",
        choices=("deterministic", "exponential", "lognormal")),
@@ -170,7 +171,8 @@ FIELDS: tuple[Field, ...] = (
     _f("cluster.compute.per_sample_s", 0.0005, "Compute time per sample.", "s", minimum=0, maximum=1e6),
     _f("cluster.compute.multi_gpu_slowdown", None, "Each GPU's compute slower by this share (0.05: 5 %) whenever a "
        "node runs more than one GPU: base_s += the share × the minibatch's compute time; default: the cluster.gpu "
-       "preset's figure (k80: 0.0339, calibrated; docs/hardware.md), none without one; 0 turns it off.", "share",
+       "preset's figure (k80: 0.0339, calibrated; docs/hardware.md), none without one; 0 turns it off. It multiplies "
+       "with a library's overlap_slowdown; a compute profile replaces the compute model, and it with it.", "share",
        minimum=0, maximum=1, max_exclusive=True, optional=True),
     _f("cluster.compute.cv", 0.1, "Coefficient of variation (lognormal).", minimum=0, maximum=10),
     _f("cluster.compute.backward_fraction", 2 / 3, "Share of a minibatch's compute spent in backward (gradient "
