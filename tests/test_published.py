@@ -236,17 +236,41 @@ def test_multi_gpu_slowdown_out_of_range_is_one_line() -> None:
     assert "\n" not in str(e.value)
 
 
-def test_published_note_scores_the_k80_rows_with_and_without_the_calibration() -> None:
-    # truth: the E rows re-simulated with the key set to 0 equal the rows' settings with the catalogue's
-    # figure at 0 (one K80 row by hand, the second a scenario key the row does not set)
+def test_published_note_scores_the_k80_rows_with_and_without_the_calibration(monkeypatch) -> None:
+    share = catalogue()["gpu"]["k80"]["multi_gpu_slowdown"]
     row = next(r for r in published.ROWS if r.id == "E5")
-    assert published.gpu_slowdown(row) == catalogue()["gpu"]["k80"]["multi_gpu_slowdown"]
-    assert "k80-two-gpu-loss" in published.calibration(row)
-    off = published.predict(row, {"cluster.compute.multi_gpu_slowdown": 0.0})
-    on = published.predict(row)
-    # ResNet-50 at batch 64, 8 GPUs aggregated per machine: the slowdown adds share × 64 / 52.4 s
-    assert on.sec_per_iter - off.sec_per_iter == pytest.approx(published.gpu_slowdown(row) * 64 / 52.4, rel=1e-6)
+    assert published.gpu_slowdown(row) == share and "k80-two-gpu-loss" in published.calibration(row)
     assert published.gpu_slowdown(next(r for r in published.ROWS if r.id == "P1")) == 0.0
+    # ResNet-50 at batch 64, 8 GPUs aggregated per machine: the slowdown adds share × 64 / 52.4 s
+    off = published.predict(row, {"cluster.compute.multi_gpu_slowdown": 0.0})
+    assert published.predict(row).sec_per_iter - off.sec_per_iter == pytest.approx(share * 64 / 52.4, rel=1e-6)
+    # the note's "without it" line against another route: the catalogue's figure itself set to 0
+    line = published.uncalibrated_gpu_line([published.predict(r) for r in published.ROWS])
+    import copy
+
+    from ddlsim.scenarios import hardware
+    zero = copy.deepcopy(hardware.catalogue())
+    zero["gpu"]["k80"]["multi_gpu_slowdown"] = 0.0
+    monkeypatch.setattr(hardware, "catalogue", lambda: zero)
+    sc = published.scores([published.predict(r) for r in published.ROWS])["ddlsim"]
+    assert f"overhead median |error| {sc['overhead_median']:.0%} (mean {sc['overhead_mean']:.0%})" in line
+    assert f"rank correlation {sc['spearman']:.2f}, total median {sc['total_median']:.1%}" in line
+
+
+def test_an_explicit_slowdown_replaces_the_k80_figure_and_a_bad_figure_is_a_catalogue_problem(monkeypatch) -> None:
+    assert _k80_compute(8, compute="multi_gpu_slowdown = 0.2")["base_s"] == pytest.approx(0.2 * 32 / 19.4)
+    import copy
+
+    from ddlsim.scenarios import hardware
+    for bad, says in ((1.5, "must be >= 0 and < 1"), ("fast", "must be >= 0 and < 1")):
+        cat = copy.deepcopy(hardware.catalogue())
+        cat["gpu"]["k80"]["multi_gpu_slowdown"] = bad
+        monkeypatch.setattr(hardware, "catalogue", lambda cat=cat: cat)
+        assert any("gpu k80 multi_gpu_slowdown: " + says in p for p in hardware.check_catalogue())
+    cat = copy.deepcopy(hardware.catalogue())
+    cat["gpu"]["k80"]["multi_gpu_source"] = "nowhere"
+    monkeypatch.setattr(hardware, "catalogue", lambda: cat)
+    assert any("unknown source 'nowhere'" in p for p in hardware.check_catalogue())
 
 
 def test_input_pipeline_caps_a_node() -> None:
