@@ -171,8 +171,10 @@ FIELDS: tuple[Field, ...] = (
     _f("cluster.compute.per_sample_s", 0.0005, "Compute time per sample.", "s", minimum=0, maximum=1e6),
     _f("cluster.compute.multi_gpu_slowdown", None, "Each GPU's compute slower by this share (0.05: 5 %) whenever a "
        "node runs more than one GPU: base_s += the share × the minibatch's compute time; default: the cluster.gpu "
-       "preset's figure (k80: 0.0339, calibrated; docs/hardware.md), none without one; 0 turns it off. It multiplies "
-       "with a library's overlap_slowdown; a compute profile replaces the compute model, and it with it.", "share",
+       "preset's figure (k80: 0.0339, calibrated; docs/hardware.md), none without one; 0 turns it off. It applies "
+       "to an explicit base_s too (a library's figures for base_s give way to one), has no effect with one GPU per "
+       "node, multiplies with a library's overlap_slowdown; a compute profile replaces the compute model, and it "
+       "with it.", "share",
        minimum=0, maximum=1, max_exclusive=True, optional=True),
     _f("cluster.compute.cv", 0.1, "Coefficient of variation (lognormal).", minimum=0, maximum=10),
     _f("cluster.compute.backward_fraction", 2 / 3, "Share of a minibatch's compute spent in backward (gradient "
