@@ -213,6 +213,20 @@ class GossipRun:
         self.compute_s += work
         return clock.finish(t, work)
 
+    def _buckets_ready(self, t: float, produced: list[float]) -> tuple[list[float], list[float]]:
+        """Every node starts a minibatch at ``t``: when each finishes, and when each bucket is
+        ready (when the last node has produced it; ``produced``: the share of a minibatch's work
+        done at each bucket). Without shares, one bucket, ready when the last node finishes."""
+        if not produced:
+            ready = [self._compute(i, t) for i in range(self.n)]
+            return ready, [max(ready)]
+        marks = []
+        for clock in self.clocks:
+            work = clock.draws.next()
+            self.compute_s += work
+            marks.append(clock.finish_many(t, [work * f for f in produced] + [work]))
+        return [m[-1] for m in marks], [max(col) for col in zip(*marks)]
+
     def _gradient_ready(self, ev: Wake) -> tuple[int, float]:
         """Node ``i`` finished computing (payload ``(i, k, v)``): record the gradient, note it
         is ready to apply (D-PSGD, AD-PSGD); return ``(i, now)``."""
@@ -268,17 +282,7 @@ class AllReduceRun(GossipRun):
         self._round(0, 0.0)
 
     def _round(self, k: int, t: float) -> None:
-        if not self.produced:  # one bucket, after backward
-            ready = [self._compute(i, t) for i in range(self.n)]
-            bucket_ready = [max(ready)]
-        else:
-            marks = []
-            for clock in self.clocks:
-                work = clock.draws.next()
-                self.compute_s += work
-                marks.append(clock.finish_many(t, [work * f for f in self.produced] + [work]))
-            ready = [m[-1] for m in marks]
-            bucket_ready = [max(col) for col in zip(*marks)]
+        ready, bucket_ready = self._buckets_ready(t, self.produced)
         end = t
         collective = self.net.collective if self.n > 1 else None
         for (busy, fixed, nbytes, msgs), at in zip(self.collectives, bucket_ready):

@@ -140,20 +140,11 @@ class LocalRun(GossipRun):
         step = self.ar_steps
         self.ar_steps += 1
         powersgd = self.compression == "powersgd" and compression_active("powersgd", step, self.ps_warmup)
-        if not self.produced or powersgd:  # one bucket, after backward
-            ready = [self._compute(i, t) for i in range(self.n)]
-            bucket_ready = [max(ready)]
-            if powersgd:
-                end = self._averaging_time(bucket_ready[0], self.shapes, step)
-                return self._close_step(k, t, ready, end)
-        else:
-            marks = []
-            for clock in self.clocks:
-                work = clock.draws.next()
-                self.compute_s += work
-                marks.append(clock.finish_many(t, [work * f for f in self.produced] + [work]))
-            ready = [m[-1] for m in marks]
-            bucket_ready = [max(col) for col in zip(*marks)]
+        # PowerSGD compresses the whole gradient after backward: one bucket
+        ready, bucket_ready = self._buckets_ready(t, [] if powersgd else self.produced)
+        if powersgd:
+            end = self._averaging_time(bucket_ready[0], self.shapes, step)
+            return self._close_step(k, t, ready, end)
         half = self.compression in ("fp16", "bf16")
         end = t
         sizes = self.bucket_sizes if len(bucket_ready) > 1 else [sum(self.bucket_sizes)]
