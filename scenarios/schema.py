@@ -7,9 +7,12 @@ nested ``dict`` with every key present; the simulator and backends read it direc
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import math
+import re
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..simulator.catalog import DATASETS, MODELS
@@ -94,6 +97,30 @@ def _check_path(value: Any) -> str | None:
     if "\0" in value:
         return "a path may not contain a NUL byte"
     return None if value.strip() else "an empty path names no file"
+
+
+def did_you_mean(name: str, names: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest name, or an empty string."""
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _check_host(value: Any) -> str | None:
+    """An IP address, or a host name of RFC 1123 labels; a name of digits only must be an IPv4 address."""
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    labels = value.split(".")
+    if not value or len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return "not an IP address or a host name"
+    if all(label.isdigit() for label in labels):
+        return "not an IPv4 address (each of its four parts 0-255) or a host name"
+    return None
 
 
 def _f(key: str, default: float | None, doc: str, unit: str = "", **kw: Any) -> Field:
@@ -283,7 +310,7 @@ FIELDS: tuple[Field, ...] = (
     # live backend
     _s("live.compute", "real", "Live learners compute real gradients, or sleep for the compute "
        "model's time (emulated).", choices=("real", "emulated")),
-    _s("live.host", "127.0.0.1", "Address the live processes bind and connect to."),
+    _s("live.host", "127.0.0.1", "Address the live processes bind and connect to.", check=_check_host),
     _i("live.port", 0, "TCP port of the live rendezvous; 0 picks a free one.", minimum=0, maximum=65535),
     _f("live.timeout_s", 60.0, "Limit of every blocking live call; a dead learner ends the run.", "s",
        minimum=0, min_exclusive=True, maximum=1e6),
@@ -372,7 +399,7 @@ def check_value(f: Field, value: Any) -> tuple[Any, str | None]:
         if not isinstance(value, str):
             return value, f"expected a string, got {type_name(value)}"
         if f.choices and value not in f.choices:
-            return value, f"must be one of {', '.join(f.choices)}"
+            return value, f"must be one of {', '.join(f.choices)}{did_you_mean(value, f.choices)}"
     elif f.kind == "list":
         if not isinstance(value, list):
             return value, f"expected an array, got {type_name(value)}"

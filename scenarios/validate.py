@@ -173,7 +173,7 @@ def validate(scenario: Scenario, out: Path, profile: str | None = None, progress
     points = scenario.points()
     check_points(points, profile, force)
     out.mkdir(parents=True, exist_ok=True)
-    kept = _stored_rows(out / "validation.csv") if resume else {}
+    kept = _earlier_rows(out / "validation.csv", {p["_id"] for p in points}, resume, force)
     rows: list[dict[str, Any]] = []
     bar = progress and sys.stderr.isatty()  # a log or a pipe gets no carriage-return bar
     for point in tqdm(points, desc="validate", unit="run", disable=not bar):
@@ -185,19 +185,49 @@ def validate(scenario: Scenario, out: Path, profile: str | None = None, progress
     return rows
 
 
+def _earlier_rows(path: Path, ids: set[str], resume: bool, force: bool) -> dict[str, dict[str, Any]]:
+    """The earlier validation.csv's rows this run keeps (``resume``: those of its points), after
+    refusing, unless ``force``, to drop or replace a measured point: without ``resume`` any row,
+    with it a row of a point this sweep does not have (or an unreadable table)."""
+    if not path.exists():
+        return {}
+    try:
+        stored = _stored_rows(path)
+    except ScenarioError:
+        if force:
+            return {}
+        raise
+    lost = [r for r in stored if not resume or r not in ids]
+    if lost and not force:
+        what = (f"drop {len(lost)} measured points this sweep does not have" if resume else
+                f"replace its {len(lost)} measured points (--resume keeps those of this sweep)")
+        raise FileRefused(f"--out {path.parent}: validation.csv holds {len(stored)} measured points; this command "
+                          f"would {what}: choose another --out, or --force to replace them")
+    return {r: row for r, row in stored.items() if r in ids} if resume else {}
+
+
 def _stored_rows(path: Path) -> dict[str, dict[str, Any]]:
-    """The rows of an earlier validation.csv, by run id, numbers as numbers."""
+    """The rows of an earlier validation.csv, by run id, numbers as numbers. A row whose values
+    are not a validation's (a learner count that is not a positive whole number, a negative
+    time or rate) is left out, so its point is measured again; a table that cannot be read is
+    one :class:`ScenarioError`."""
     try:
         text = read_bounded(path, 16 << 20, "validation table").decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError):
-        return {}
+        records = list(csv.DictReader(io.StringIO(text)))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ScenarioError(f"{path}: not a readable validation table ({e}); move it away, or --force to "
+                            "replace it") from None
     out: dict[str, dict[str, Any]] = {}
-    for r in csv.DictReader(io.StringIO(text)):
+    for r in records:
         try:
             row: dict[str, Any] = {k: (r[k] if k in ("run_id", "protocol") else float(r[k])) for k in COLUMNS}
         except (KeyError, TypeError, ValueError):
             continue
-        row["learners"] = int(row["learners"])
+        learners = row["learners"]
+        if not (math.isfinite(learners) and learners >= 1 and learners == int(learners)) or any(
+                row[k] < 0 for k in COLUMNS[3:] if k != "time_rel_error"):  # nan is kept: "n/a"
+            continue
+        row["learners"] = int(learners)
         out[row["run_id"]] = row
     return out
 

@@ -111,11 +111,15 @@ def bus_factor(collective: str, ranks: int) -> float:
     return COLLECTIVES[collective][1] * (ranks - 1) / ranks
 
 
+MIN_BANDWIDTH_SHARE = 0.01  # of the largest message's time, for a bandwidth to be fitted at all
+
+
 def fit_alpha_beta(collective: str, ranks: int, nbytes: list[float], seconds: list[float],
                    lines: list[int] | None = None, where: str = "timings") -> Fit:
     """α ≥ 0 and β > 0 minimising Σ (t_model/t − 1)² over the timings (module doc); α is
     held at 0 when the unconstrained fit makes it negative. A sweep whose times do not grow
-    with the size (no bandwidth to fit) or with fewer than two sizes is one :class:`LogError`."""
+    with the size (the bandwidth term under 1 % of the largest message's time: no bandwidth to
+    fit) or with fewer than two sizes is one :class:`LogError`."""
     if collective not in COLLECTIVES:
         raise LogError(f"{where}: unknown collective {collective!r} (one of {', '.join(COLLECTIVES)})")
     if ranks < 2:
@@ -125,12 +129,15 @@ def fit_alpha_beta(collective: str, ranks: int, nbytes: list[float], seconds: li
     steps, volume = COLLECTIVES[collective]
     s = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
+    if not (np.all(np.isfinite(t)) and np.all(t > 0)):
+        raise LogError(f"{where}: every time must be a finite number > 0")
     x = np.full_like(s, steps * (ranks - 1)) / t          # α's coefficient, relative
     y = volume * (ranks - 1) / ranks * s / t               # (1/β)'s coefficient, relative
     (alpha, inv_beta), *_ = np.linalg.lstsq(np.column_stack([x, y]), np.ones_like(t), rcond=None)
     if alpha < 0:
         alpha, inv_beta = 0.0, float(np.sum(y) / np.sum(y * y))
-    if not inv_beta > 0 or not math.isfinite(inv_beta):
+    # the bandwidth term must carry a share of the largest message's time, or the times do not grow
+    if not inv_beta > 0 or not math.isfinite(inv_beta) or float(np.max(y)) * inv_beta < MIN_BANDWIDTH_SHARE:
         raise LogError(f"{where}: the times do not grow with the message size ({len(t)} timings of "
                        f"{int(s.min())}–{int(s.max())} B): no bandwidth to fit; include larger messages")
     residuals = (x * alpha + y * inv_beta) - 1.0
@@ -146,6 +153,24 @@ def _number(token: str, what: str, where: str) -> float:
     if not math.isfinite(value):
         raise LogError(f"{where}: {what} = {token!r}: not a finite number")
     return value
+
+
+# the units nccl-tests prints under its columns; the times' in seconds
+TIME_UNITS = {"(us)": 1e-6, "(ms)": 1e-3}
+OTHER_UNITS = frozenset({"(B)", "(elements)", "(GB/s)"})
+MIN_TIME_S, MAX_TIME_S = 1e-9, 3600.0  # nccl-tests prints µs to two decimals; no collective takes an hour
+
+
+def _time_unit(tokens: list[str], where: str) -> float:
+    """Seconds per unit of the times of nccl-tests' units line ``tokens``; a unit it does not
+    print, or times in two units, is one :class:`LogError`."""
+    unknown = [t for t in tokens if t not in TIME_UNITS and t not in OTHER_UNITS]
+    if unknown:
+        raise LogError(f"{where}: unit {unknown[0]} is not one nccl-tests prints (times in {' or '.join(TIME_UNITS)})")
+    units = {t for t in tokens if t in TIME_UNITS}
+    if len(units) > 1:
+        raise LogError(f"{where}: times in both {' and '.join(sorted(units))}: not one nccl-tests table")
+    return TIME_UNITS[units.pop()] if units else TIME_UNITS["(us)"]
 
 
 def _columns(tokens: list[str]) -> bool:
@@ -187,7 +212,7 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
                     header, header_line = body, number
                 continue
             if not rows and body and all(b.startswith("(") for b in body):  # the units line
-                unit = 1e-3 if "(ms)" in body else 1e-6
+                unit = _time_unit(body, where)
                 continue
             if _columns(body):
                 raise LogError(f"{where}: a second result table (the first began on line {header_line}); "
@@ -234,6 +259,9 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
             seconds = _number(tokens[col], "time", where)
             if seconds <= 0:
                 raise LogError(f"{where}: time = {tokens[col]!r}: must be > 0")
+            if not MIN_TIME_S <= seconds * unit <= MAX_TIME_S:
+                raise LogError(f"{where}: time = {tokens[col]!r} ({seconds * unit:.3g} s): not one collective's time "
+                               "(between a nanosecond and an hour)")
             timings.append(Timing(number, size, seconds * unit))
             if col + 2 < len(tokens) and header[col + 1] == "algbw" and header[col + 2] == "busbw":
                 bandwidths.append((number, _number(tokens[col + 1], "algbw", where),

@@ -166,6 +166,18 @@ def test_bad_logs_are_one_line_naming_the_file_and_the_line(tmp_path: Path, caps
     assert "one.log: 1 rank: a collective of one GPU moves nothing" in case("one.log", one_gpu)
     err = case("gather.log", good, "--collective", "all_gather")  # busbw/algbw is all-reduce's 1.75
     assert "is not all_gather's 0.875 for 8 ranks" in err
+    # a time unit nccl-tests does not print is refused, not read as µs
+    units = next(i for i, line in enumerate(lines) if "(elements)" in line)
+    for unit in ("(s)", "(ns)", "(sec)"):
+        err = case("unit.log", "\n".join(lines[:units] + [lines[units].replace("(us)", unit)] + lines[units + 1:]))
+        assert f"unit.log: line {units + 1}: unit {unit} is not one nccl-tests prints" in err
+    # times no collective takes: under a nanosecond, over an hour (no fit is attempted)
+    for bad in ("1e-300", "1e+308"):
+        err = case("odd.log", synth_log(20e-6, 1e10, 8, times_us={4096: bad}))
+        assert f"odd.log: line {first_row + 2}: time = '{bad}'" in err and "not one collective's time" in err
+    # equal times at every size: no bandwidth to fit (the latency alone explains them)
+    flat = case("flat.log", synth_log(20e-6, 1e10, 8, times_us={s: "100.00" for s in SIZES}))
+    assert "flat.log: the times do not grow with the message size" in flat
     assert not out.exists()  # nothing written by a refused command
     # a log without rank lines needs --ranks (and --scope: on how many hosts is unstated)
     p = tmp_path / "noranks.log"
@@ -308,3 +320,14 @@ def test_a_sweep_over_profiles_gives_each_point_its_numbers(tmp_path: Path) -> N
     assert [per_iteration(p) for p in points] == pytest.approx(
         [0.3 + 6 * 5e-6 + 1.5 * M / 2e10, 0.3 + 6 * 50e-6 + 1.5 * M / 1e9], rel=1e-12)
     assert len({p["_id"] for p in points}) == 2
+
+
+def test_a_compute_profiles_options_are_refused_with_a_network_profile_and_sizes_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "net.toml"
+    for extra in (["--model", "lenet"], ["--minibatches", "1,2"], ["--no-cycle"]):
+        err = _refused(capsys, ["calibrate", "--nccl-tests", str(REAL_LOG), "--out", str(out), *extra])
+        assert f"{extra[0]}: only for a compute profile" in err
+    err = _refused(capsys, ["calibrate", "--minibatches", "4,8,4", "--out", str(tmp_path / "c.toml")])
+    assert "size 4 is given twice" in err
+    assert not out.exists() and not (tmp_path / "c.toml").exists()

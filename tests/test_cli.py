@@ -177,3 +177,20 @@ def test_failed_calibration_leaves_no_profile(tmp_path: Path, monkeypatch: pytes
     out = tmp_path / "p.toml"
     assert main(["calibrate", "--minibatches", "4", "--out", str(out)]) == 2
     assert "SIGKILL" in capsys.readouterr().err and not out.exists()
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_default(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "s.toml", "--quiet", "--out", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out '': an empty path names no folder" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_keep_failed_without_resume_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    assert main(["simulate", str(tmp_path / "s.toml"), "--quiet", "--keep-failed", "--out", str(tmp_path / "o")]) == 2
+    assert "--keep-failed without --resume" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

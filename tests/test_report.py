@@ -130,3 +130,19 @@ def test_report_of_a_simulation_only_directory(tmp_path):
 def test_report_refuses_a_directory_without_results(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)
+
+
+def test_report_out_never_names_a_results_file(tmp_path, capsys):
+    # a report is one HTML file: --out naming the folder's summary.csv (or any file that is not
+    # .html) is one line, exit 2, and the table is as it was
+    from ddlsim.scenarios.cli import main
+
+    root = tmp_path / "res"
+    make_results(root)
+    before = (root / "summary.csv").read_bytes()
+    for target in (root / "summary.csv", root / "runs" / "softsync-l2" / "staleness.csv", tmp_path / "r.txt"):
+        assert main(["report", str(root), "--out", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a report is one HTML file" in err
+    assert (root / "summary.csv").read_bytes() == before and not (tmp_path / "r.txt").exists()
+    assert main(["report", str(root), "--out", str(tmp_path / "r.HTML")]) == 0

@@ -141,3 +141,10 @@ def test_docs_reference_every_key() -> None:
 
     text = (Path(__file__).parents[1] / "docs" / "scenarios.md").read_text()
     assert reference() in text
+
+
+def test_a_misspelt_choice_names_the_key_and_the_closest_value() -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_text('[protocol]\nname = "asink"\n')
+    assert "key 'protocol.name' = 'asink': must be one of hardsync," in str(e.value)
+    assert str(e.value).endswith("(did you mean 'async'?)")

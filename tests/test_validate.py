@@ -72,3 +72,41 @@ def test_validate_compares_live_runs_with_the_profiled_simulation(tmp_path: Path
     median = statistics.median(abs(float(r["time_rel_error"])) for r in rows)
     assert f"median |relative error| of time per epoch: {median:.1%}" in printed
     assert (out / "validation.png").stat().st_size > 0 and (out / "validation.svg").stat().st_size > 0
+    # an earlier table is neither replaced nor cut down without --force: one line, exit 2, file unchanged
+    before = (out / "validation.csv").read_bytes()
+    args = ["validate", str(tmp_path / "s.toml"), "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "would replace its 2 measured points (--resume keeps" in err
+    assert main(args + ["--resume", "--set", 'protocol.name="hardsync"']) == 2
+    assert "would drop 1 measured points this sweep does not have" in capsys.readouterr().err
+    assert (out / "validation.csv").read_bytes() == before
+    # --resume with the same sweep keeps both rows as they were (nothing is measured again)
+    assert main(args + ["--resume", "--profile", str(tmp_path / "p.toml")]) == 0
+    with open(out / "validation.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == rows
+
+
+def test_an_earlier_validation_table_is_read_with_care(tmp_path: Path) -> None:
+    # truth: the rows written by hand; a row a validation cannot have written is measured again,
+    # a table the csv module cannot read is one ScenarioError naming the file
+    from ddlsim.scenarios.schema import ScenarioError
+    from ddlsim.scenarios.validate import COLUMNS, _stored_rows
+
+    def table(*rows: dict) -> Path:
+        path = tmp_path / "validation.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        return path
+
+    good = {c: 1.0 for c in COLUMNS} | {"run_id": "a", "protocol": "async", "learners": 2, "time_rel_error": -0.5,
+                                        "measured_staleness_mean": "nan"}
+    kept = _stored_rows(table(good, good | {"run_id": "inf", "learners": "1e400"},
+                              good | {"run_id": "nan", "learners": "nan"}, good | {"run_id": "half", "learners": 1.5},
+                              good | {"run_id": "neg", "measured_time_per_epoch_s": -5}))
+    assert list(kept) == ["a"] and kept["a"]["learners"] == 2 and kept["a"]["time_rel_error"] == -0.5
+    (tmp_path / "validation.csv").write_text("run_id," + "x" * (2 << 20) + "\n")
+    with pytest.raises(ScenarioError, match="validation.csv: not a readable validation table"):
+        _stored_rows(tmp_path / "validation.csv")

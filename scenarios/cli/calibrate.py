@@ -16,9 +16,23 @@ from ..load import load_text
 from ..schema import ScenarioError
 
 
+# the compute profile's options, and their defaults (None on the parser, so that a network
+# profile's command can tell one was given)
+COMPUTE_DEFAULTS = {"model": "mlp", "dataset": "digits", "minibatches": "1,2,4,8,16,32,64,128"}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.nccl_tests is not None or args.network:
+        given = [k for k in COMPUTE_DEFAULTS if getattr(args, k) is not None]
+        given += [k for k in ("no_network", "no_cycle") if getattr(args, k)]
+        if given:
+            option = "--" + given[0].replace("_", "-")
+            raise ScenarioError(f"{option}: only for a compute profile (a network profile, --nccl-tests or "
+                                "--network, does not use it)")
         return cmd_calibrate_network(args)
+    for key, default in COMPUTE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     for option, value in (("--ranks", args.ranks), ("--collective", args.collective), ("--scope", args.scope),
                           ("--min-bytes", args.min_bytes), ("--max-bytes", args.max_bytes)):
         if value is not None:
@@ -33,6 +47,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≥ 1")
     if max(sizes) > 1_000_000:
         raise ScenarioError(f"--minibatches {args.minibatches!r}: sizes must be ≤ 1000000")
+    if len(set(sizes)) < len(sizes):
+        twice = next(v for v in sizes if sizes.count(v) > 1)
+        raise ScenarioError(f"--minibatches {args.minibatches!r}: size {twice} is given twice; each size once")
     resolve_device(args.device)
     out = Path(args.out or f"profiles/{args.model}-{args.dataset}-{args.device}.toml")
     check_target(out)  # a link (dangling or not), a directory, a device: refused before anything
@@ -87,11 +104,11 @@ def cmd_calibrate_network(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``calibrate`` to the ``ddlsim`` parser."""
     p = sub.add_parser("calibrate", help="measure compute, server and loopback network costs; write a profile")
-    p.add_argument("--model", default="mlp", choices=TRAINABLE_MODELS, help="model to time (default mlp)")
-    p.add_argument("--dataset", default="digits", choices=EMBEDDED_DATASETS + FILE_DATASETS,
+    p.add_argument("--model", choices=TRAINABLE_MODELS, help="model to time (default mlp)")
+    p.add_argument("--dataset", choices=EMBEDDED_DATASETS + FILE_DATASETS,
                    help="data set whose input shape the model takes (default digits)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--minibatches", default="1,2,4,8,16,32,64,128", help="comma-separated minibatch sizes")
+    p.add_argument("--minibatches", help="comma-separated minibatch sizes (default 1,2,4,8,16,32,64,128)")
     p.add_argument("--no-network", action="store_true", help="skip the loopback network measurements")
     p.add_argument("--no-cycle", action="store_true",
                    help="latency from the raw ping-pong instead of a short live push-pull run")

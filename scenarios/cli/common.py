@@ -59,6 +59,8 @@ def out_dir(args: argparse.Namespace, scenario: Any, suffix: str = "") -> Path:
     copy of ``demo`` named ``my.toml`` writes into results/my, not into the demo's results),
     the bundled name for a bundled scenario. What may be written there is the results
     folder's rule (:mod:`ddlsim.simulator.results_folder`)."""
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out '': an empty path names no folder (leave --out out for results/<name>)")
     if args.out:
         out = Path(args.out)
         if out.exists() and not out.is_dir():

@@ -100,6 +100,9 @@ def _error(message: str) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse option combinations that would be silently ignored."""
+    if getattr(args, "keep_failed", False) and not getattr(args, "resume", False):
+        raise UsageError("--keep-failed without --resume: it keeps the earlier failures of a resumed sweep; add "
+                         "--resume")
     if getattr(args, "scheduler", None) is not None:
         check_executor(getattr(args, "executor", "local"), args.scheduler)  # and a scheduler answers there
 

@@ -11,6 +11,9 @@ from ...simulator.results_folder import ResultsFolder
 from ..schema import ScenarioError
 
 
+REPORT_SUFFIXES = (".html", ".htm")
+
+
 def _results_dir(path: str) -> Path:
     """``path`` if it holds a ddlsim summary.csv (a header with ``run_id``), else one clear error."""
     p = Path(path)
@@ -47,6 +50,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from ...analysis.report import write_report
 
+    if args.out is not None and Path(args.out).suffix.lower() not in REPORT_SUFFIXES:
+        raise ScenarioError(f"--out {args.out!r}: a report is one HTML file; name a file ending in .html (a "
+                            "results folder's other files are its results, which a report never replaces)")
     results = _results_dir(args.results)
     with ResultsFolder.open(results, force=args.force):
         print(f"report: {write_report(results, args.out, force=args.force)}")
