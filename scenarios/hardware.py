@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import libraries
-from .schema import ScenarioError, set_dotted
+from .schema import ScenarioError, did_you_mean, set_dotted
 
 CATALOGUE_FILE = Path(__file__).resolve().parent / "hardware.toml"
 PRECISIONS = ("fp32", "mixed")
@@ -69,7 +69,7 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
     if gpu is not None:
         if gpu not in cat["gpu"]:
             raise ScenarioError(f"{where}: key 'cluster.gpu' = {gpu!r}{label}: not in the hardware catalogue"
-                                f"{libraries.did_you_mean(gpu, list(cat['gpu']))} (one of {', '.join(cat['gpu'])}; "
+                                f"{did_you_mean(gpu, list(cat['gpu']))} (one of {', '.join(cat['gpu'])}; "
                                 "`ddlsim hardware` lists them)")
         model, precision = point["workload"]["model"], cl["precision"]
         entry = gpu_throughput(gpu, precision, model)
@@ -92,6 +92,9 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
+        achieved = bool(link.get("achieved", False)) and "cluster.network.intra_bandwidth_Bps" not in explicit
+    else:
+        achieved = False
     comp = cl["compute"]
     if comp.get("multi_gpu_slowdown") and cl["gpus_per_node"] > 1:
         comp["base_s"] += comp["multi_gpu_slowdown"] * (comp["base_s"] + cl["minibatch"] * comp["per_sample_s"])
@@ -99,13 +102,14 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
     if preset is not None:
         if preset not in cat["network"]:
             raise ScenarioError(f"{where}: key 'cluster.network.preset' = {preset!r}{label}: not in the hardware "
-                                f"catalogue{libraries.did_you_mean(preset, list(cat['network']))} (one of "
+                                f"catalogue{did_you_mean(preset, list(cat['network']))} (one of "
                                 f"{', '.join(cat['network'])})")
         net = cat["network"][preset]
         for key in ("latency_s", "bandwidth_Bps", "overhead_s"):
             fill(f"cluster.network.{key}", float(net[key]))
     host = cat["gpu"][gpu].get("host_memory_Bps") if gpu is not None else None
-    libraries.apply_library(point, explicit, where, label, host_memory_Bps=None if host is None else float(host))
+    libraries.apply_library(point, explicit, where, label, host_memory_Bps=None if host is None else float(host),
+                            intra_achieved=achieved)
 
 
 def listing() -> str:

@@ -9,7 +9,8 @@ have, made when the point is built (both engines stay in agreement):
   ``base_s`` += the share × the minibatch's compute time (NCCL kernels share the GPU);
 * **negotiation cycle** (``cycle_s``): ``cluster.compute.step_s`` += half a cycle (the last
   bucket waits for the next tick on average);
-* **achievable intra-node bandwidth** (``intra_efficiency``): ``intra_bandwidth_Bps`` × the share;
+* **achievable intra-node bandwidth** (``intra_efficiency``): ``intra_bandwidth_Bps`` × the share
+  (a nominal rate's; not where the GPU preset's link is a collective's measured rate, ``achieved``);
 * **compute jitter** (``jitter_cv``): lognormal compute of that coefficient of variation, so a
   barrier waits for the slowest of N draws (the engines' own draws);
 * **the bucket** (``bucket_bytes``): ``protocol.bucket_bytes``;
@@ -47,7 +48,6 @@ named: a point of plain numbers is unchanged. Independently of the library:
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import tomllib
@@ -57,7 +57,7 @@ from typing import Any
 from ..simulator.catalog import dataset_info, param_count
 from ..simulator.compute import MAX_MINIBATCH
 from ..simulator.protocols import is_ps
-from .schema import ScenarioError, set_dotted
+from .schema import ScenarioError, did_you_mean, set_dotted
 
 LIBRARIES_FILE = Path(__file__).resolve().parent / "libraries.toml"
 FIGURES = ("bucket_bytes", "intra_efficiency", "framework_s_per_param", "cycle_s", "overlap_slowdown", "jitter_cv",
@@ -69,12 +69,6 @@ FIGURES = ("bucket_bytes", "intra_efficiency", "framework_s_per_param", "cycle_s
 def libraries() -> dict[str, dict[str, Any]]:
     """The parsed presets, by name."""
     return tomllib.loads(LIBRARIES_FILE.read_text(encoding="utf-8"))["library"]
-
-
-def did_you_mean(name: str, names: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest name, or an empty string."""
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def source_of(lib: dict[str, Any], figure: str) -> str:
@@ -96,11 +90,13 @@ def _params(point: dict[str, Any]) -> int:
 
 
 def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, label: str = "",
-                  host_memory_Bps: float | None = None) -> None:
+                  host_memory_Bps: float | None = None, intra_achieved: bool = False) -> None:
     """Apply ``protocol.library``'s figures, the parameter-server placement and aggregation,
     and the input cap to the point, in place (module doc); unknown names are one line.
     ``host_memory_Bps``: the memory bandwidth of the machine hosting the GPUs (the GPU preset's),
-    which a library's CPU apply reads and writes at."""
+    which a library's CPU apply reads and writes at; ``intra_achieved``: the intra-node rate is a
+    collective's measured bus bandwidth (the GPU preset's link says so), which a library's
+    ``intra_efficiency``, a share of a nominal rate, does not reduce again."""
     name = point["protocol"].get("library")
     lib: dict[str, Any] = {}
     if name is not None:
@@ -128,7 +124,7 @@ def apply_library(point: dict[str, Any], explicit: frozenset[str], where: str, l
         nbytes = _params(point) * net["bytes_per_param"]
         if "bucket_bytes" in lib:
             fill("protocol.bucket_bytes", int(lib["bucket_bytes"]))
-        if "intra_efficiency" in lib:
+        if "intra_efficiency" in lib and not intra_achieved:
             fill("cluster.network.intra_bandwidth_Bps", net["intra_bandwidth_Bps"] * float(lib["intra_efficiency"]))
         if "wide_ring_bus_Bps" in lib and cl["gpus_per_node"] > int(lib["wide_ring_gpus"]):
             fill("cluster.network.intra_bandwidth_Bps",
@@ -230,4 +226,4 @@ def markdown() -> list[str]:
     return out
 
 
-__all__ = ["libraries", "apply_library", "did_you_mean", "listing", "markdown", "source_of"]
+__all__ = ["libraries", "apply_library", "listing", "markdown", "source_of"]

@@ -104,6 +104,13 @@ def grid(err):
             for lam in (1, 4, 16) for mu in (8, 32, 128)]
 
 
+def test_spearman_against_the_textbook_formula():
+    # truth: 1 − 6 Σd² / (n(n² − 1)) without ties (d = 1, 1: 1 − 12/60 = 0.8; n = 5: 1 − 12/120 = 0.9)
+    assert spearman([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
 def test_spearman_matches_scipy_with_ties():
     x = [8, 32, 128, 512, 960, 240, 3840, 32, 8]
     y = [0.02, 0.02, 0.03, 0.05, 0.08, 0.022, 0.4, 0.02, 0.03]
