@@ -80,6 +80,10 @@ def read_profile(profile: str) -> dict[str, Any]:
             load_profile(profile)
         except ProfileError as e:
             raise ScenarioError(f"--profile {e}") from None
+    if not any(key in data.get(table, {}) for table, key, _ in PROFILE_KEYS) and "seconds" not in data:
+        raise ScenarioError(f"--profile {profile}: holds no figure a validation uses ([network] "
+                            f"{', '.join(NETWORK_KEYS)}, [server] apply_s, or a compute table); is it a profile "
+                            "ddlsim calibrate wrote?")
     return data
 
 

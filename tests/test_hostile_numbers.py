@@ -154,6 +154,8 @@ TABLE = "minibatch = [1, 8]\nseconds = [0.01, 0.05]\n"
     (TABLE + "[network]\nbandwidth_Bps = 0\n", "bandwidth_Bps = 0"),
     (TABLE + f"[server]\napply_s = {LONG}\n", "an integer of more than 4,300 digits"),
     ("minibatch = [1, 8]\nseconds = [0.01, 1e300]\n", "key 'seconds' = 1e+300"),  # the table the simulation reads
+    ("", "holds no figure a validation uses"),                 # an empty file is no profile
+    ("[network]\nlatencyy_s = 1e-4\n", "holds no figure a validation uses"),
 ])
 def test_validate_refuses_a_bad_calibrated_profile_before_any_live_run(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, text: str,

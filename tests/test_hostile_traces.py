@@ -170,9 +170,11 @@ def test_a_column_value_a_replay_cannot_take_is_refused_in_one_line(traces, tmp_
     ({"workload": {}, "optimizer": {"lr": "fast"}}, ["'optimizer.lr'"]),
     ({"workload": {}, "optimizer": {}, "protocol": {"name": "softsync", "n": 99}}, ["'protocol.n'"]),
 ])
-def test_a_recorded_point_is_validated_as_a_scenario_point(traces, tmp_path, capsys, point, words):
+@pytest.mark.parametrize("command", ["trace", "replay"])
+def test_a_recorded_point_is_validated_as_a_scenario_point(traces, tmp_path, capsys, point, words, command):
     bad = with_header(traces["ps"], tmp_path / "bad.ddlt", replay_point=point)
-    refused(capsys, replay_argv(bad, tmp_path / "out"), str(bad), "replay_point", *words)
+    argv = ["trace", str(bad)] if command == "trace" else replay_argv(bad, tmp_path / "out")
+    refused(capsys, argv, str(bad), "replay_point", *words)
     assert not (tmp_path / "out").exists()
 
 

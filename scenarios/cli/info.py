@@ -13,6 +13,7 @@ from ...simulator import trace as tracemod
 from ...simulator.protocols.catalog import PS, SPECS
 from ..bundled import CATALOGUE
 from ..hardware import listing
+from ..load import recorded_point
 from ..messages import escape
 from .common import UsageError
 
@@ -40,6 +41,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 def cmd_trace(args: argparse.Namespace) -> int:
     t = tracemod.read(args.path)
     tracemod.check_replayable(t, args.path)  # what `ddlsim trace` accepts, `ddlsim replay` can execute
+    if "replay_point" in t.header:  # a live run's point, which replay trains with: checked as replay checks it
+        recorded_point(f"{args.path}: header 'replay_point'", t.header["replay_point"])
     kinds = {name: int((t.ops["kind"] == k).sum()) for k, name in enumerate(tracemod.KIND_NAMES)}
     print(f"{escape(args.path)}: schema {t.header['schema_version']}, "
           f"protocol {escape(str(t.header.get('protocol')))}, "
