@@ -194,3 +194,13 @@ def test_keep_failed_without_resume_is_refused(tmp_path: Path, capsys: pytest.Ca
     assert main(["simulate", str(tmp_path / "s.toml"), "--quiet", "--keep-failed", "--out", str(tmp_path / "o")]) == 2
     assert "--keep-failed without --resume" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_data_dir_no_point_reads_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # digits are embedded: a --data-dir would be silently ignored
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "o"
+    assert main(["run", str(tmp_path / "s.toml"), "--quiet", "--data-dir", str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no point of this sweep reads a data set from files (digits" in err
+    assert not out.exists()

@@ -95,6 +95,10 @@ def check_data_sets(scenario: Any, backend: str, data_dir: str | None, download:
                 scenario.data_sizes[name] = len(files.train_y)
     if seen:
         scenario.points()  # samples_per_epoch follows the files found; more than there are is refused now
+    elif data_dir is not None:
+        names = sorted({p["workload"]["dataset"] for p in scenario.points()})
+        raise UsageError(f"--data-dir {data_dir}: no point of this sweep reads a data set from files ("
+                         f"{', '.join(names)}: embedded or generated); leave it out")
     for line in said:
         print(escape(line), file=sys.stderr)
 
