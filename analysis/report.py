@@ -144,8 +144,9 @@ def _highlights(results: Results) -> str:
                      + (_ties(configs, r, names, results.test_size) if q.startswith("Lowest") else ""))
     front = pareto_front([r for r in configs if learned(r)])
     if front:
-        items.append(("Pareto-optimal configurations (mean time, mean final error): " if multi else
-                      "Pareto-optimal runs (time, final error): ") + "; ".join(
+        items.append((f"Pareto-optimal configurations (mean run length, mean final error; means only, so a "
+                      f"difference within {TIE_SAMPLES} test samples is noise): " if multi else
+                      "Pareto-optimal runs (run length, final error): ") + "; ".join(
             f"{_esc(names[str(r['run_id'])])} ({fmt_value('sim_time_s', r['sim_time_s'])}, "
             f"{fmt_value('final_test_error', r['final_test_error'])})" for r in front))
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>" if items else ""
@@ -171,7 +172,8 @@ def _ties(rows: list[dict[str, Any]], winner: Mapping[str, Any], names: dict[str
     fastest = min(timed, key=lambda r: r["sim_time_s"], default=None)
     quick = ""
     if fastest is not None and fastest is not winner:
-        quick = (f"; the shortest of them: <b>{_esc(names[str(fastest['run_id'])])}</b> "
+        quick = (f"; the shortest run of them (its whole length, not a speed): "
+                 f"<b>{_esc(names[str(fastest['run_id'])])}</b> "
                  f"({fmt_value('final_test_error', fastest['final_test_error'])} after "
                  f"{fmt_value('sim_time_s', fastest['sim_time_s'])})")
     listed = "; ".join(f"{_esc(names[str(r['run_id'])])} ({fmt_value('final_test_error', r['final_test_error'])}, "
@@ -328,7 +330,7 @@ def _summary_table(summary: Table) -> tuple[str, str]:
         cells = "".join(_td(c, r.get(c), c in rest) for c in columns)
         klass = f' class="{cls}"' if cls else ""
         body.append(f'<tr{klass} style="{style}">{cells}</tr>')
-    note = ("<p>Rows in green are Pareto-optimal (no run is both faster and more accurate); "
+    note = ("<p>Rows in green are Pareto-optimal (no run is both shorter and more accurate); "
             "red rows diverged or did not learn.</p>" if front else "")
     controls = ('<input type="checkbox" class="control" id="all-columns">'
                 '<input type="radio" class="control" name="sort" id="sort-none" checked>'

@@ -184,6 +184,21 @@ def test_a_target_prunes_what_cannot_reach_it_before_a_time_already_measured() -
     assert rungs.replays == 3 and rungs.sizes == [3]
 
 
+def test_a_pruned_configuration_of_several_seeds_is_said_to_be_pruned_by_its_mean() -> None:
+    # hand truth, target .15, one evaluation a second: F reaches it at 1 s and 3 s (mean 2 s, known
+    # at rung 2, epoch 3); G's first seed is at .4 then (its next evaluation 4 s), its second reached
+    # it at 2 s: G's mean cannot come before 3 s, so it is pruned, though in the second seed it is
+    # first (2 s against F's 3 s); the note says the rule is about the mean
+    cands, curves = configs({"F": [[0.9, 0.1] + [0.1] * 8, [0.9, 0.9, 0.9, 0.1] + [0.1] * 6],
+                             "G": [flat(0.5, 0.4, 0.01), [0.9, 0.9, 0.1] + [0.1] * 7]})
+    A.halve(list(cands), Served(curves), A.rung_fractions(1 / 9, 3), 3, target=0.15)
+    by = {c.label: c for c in cands}
+    assert by["F"].status == "replayed" and by["F"].at_s == pytest.approx(2.0)
+    assert by["G"].status == "pruned"
+    assert "its mean over 2 seeds cannot reach the target before 3 s" in by["G"].note
+    assert "no earlier than the mean 2 s already measured (a seed of it may still be first)" in by["G"].note
+
+
 # -- ddlsim run --prune against the whole sweep -------------------------------------------------
 SWEEP = TINY + """
 [sweep]

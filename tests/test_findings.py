@@ -148,3 +148,16 @@ def test_error_panels_merge_identical_configurations():
     fig = plots.error_vs_time(curves, Table(rows), max_lines=4)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == ["async constant", "async per_gradient", "hardsync constant ≡ hardsync per_gradient (identical)"]
+
+
+def test_the_fastest_to_target_by_mean_says_when_another_is_first_in_some_seed():
+    # hand truth: A reaches the target at 0.34, 0.28, 0.41 s (mean 0.343), B at 0.49, 0.41, 0.34 s
+    # (mean 0.413): A is fastest by mean, and B is first in the third seed; C never beats A
+    def runs(proto, times):
+        return [row(proto, 30, 8, "constant", 0.02, 1.0, 0.0, seed=k, time_to_target_s=t, run_id=f"{proto}-{k}")
+                for k, t in enumerate(times)]
+    rows = runs("hardsync", [0.34, 0.28, 0.41]) + runs("async", [0.49, 0.41, 0.34]) + runs("ssp", [0.5, 0.5, 0.5])
+    fastest = next(v for q, _, v in answers(rows) if q.startswith("Fastest"))
+    assert fastest.endswith("; not first in every seed: async λ=30 μ=8 reaches it first in 1 of 3")
+    alone = runs("hardsync", [0.34, 0.28, 0.41]) + runs("ssp", [0.5, 0.5, 0.5])
+    assert "not first" not in next(v for q, _, v in answers(alone) if q.startswith("Fastest"))

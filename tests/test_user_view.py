@@ -327,11 +327,12 @@ def test_shortest_run_is_one_that_reached_the_target(tmp_path: Path) -> None:
             run_row("slow", 1, 0.02, 5.0, 1.0), run_row("stuck", 64, 0.9, 0.2, None, did_not_learn=True)]
     items = highlights(tmp_path, rows)
     line = next(i for i in items if i.startswith("Shortest simulated run"))
-    assert line == "Shortest simulated run that reached the target error: async λ=16 μ=8, 0.75 s (5.0 % final error)"
+    assert line == ("Shortest simulated run (its whole length, not a time to the same error) that reached the target "
+                    "error: async λ=16 μ=8, 0.75 s (5.0 % final error)")
     none = [run_row("a", 30, 0.469, 0.53, None), run_row("b", 16, 0.3, 0.9, None)]
     items = highlights(tmp_path, none)
-    assert "Shortest simulated run that reached the target error: none of the 2 runs reached the target error" \
-        in items
+    assert ("Shortest simulated run (its whole length, not a time to the same error) that reached the target error: "
+            "none of the 2 runs reached the target error") in items
 
 
 def test_lowest_error_names_the_runs_tied_within_two_test_samples(tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_lowest_error_names_the_runs_tied_within_two_test_samples(tmp_path: Path
     line = next(i for i in items if i.startswith("Lowest final test error"))
     assert line.startswith("Lowest final test error: async λ=1 μ=8, 1.4 % after 10 s; tied with 2 other runs "
                            "within 2 test samples (0.6% of a 360-sample test set")
-    assert "the shortest of them: async λ=4 μ=8 (1.7% after 4 s)" in line
+    assert "the shortest run of them (its whole length, not a speed): async λ=4 μ=8 (1.7% after 4 s)" in line
     assert "async λ=4 μ=8 (1.7%, 4 s); async λ=2 μ=8 (1.9%, 8 s)" in line and "λ=16" not in line
     # the test set's size unknown: only equal errors are ties
     (tmp_path / "unknown").mkdir()

@@ -29,7 +29,7 @@ def pace_cause(slow: Candidate, fast: Candidate) -> str:
     if slow.protocol == "ssp" and fast.protocol not in ("ssp", "hardsync"):
         return "its staleness bound makes fast learners wait for the slowest"
     if slow.learners < fast.learners:
-        return f"it has {slow.learners} learners against {fast.learners}"
+        return f"it has {slow.learners} learner{'s' * (slow.learners != 1)} against {fast.learners}"
     util = slow.row.get("server_utilization")
     if is_number(util) and util > 0.8 and util > (fast.row.get("server_utilization") or 0):
         return f"its parameter server is busy {100 * util:.0f} % of the time, so gradients queue"

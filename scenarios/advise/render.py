@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from .explain import explain, margin, pct, secs
-from .model import Advice
+from .model import Advice, Candidate
 
 
 def _goal_words(adv: Advice) -> str:
@@ -89,6 +89,24 @@ def _halving_words(adv: Advice) -> str:
             f"{adv.out_dir / 'replay'}")
 
 
+def _seeds(c: Candidate, adv: Advice) -> str:
+    """``"mean of N seeds, a–b; "``: the goal's figure over a configuration's seeds (its error
+    at the budget, or its time to the target); nothing for one seed."""
+    if len(c.reps) < 2:
+        return ""
+    if adv.mode == "budget":
+        vals = [r.error_at(r.horizon) for r in c.reps]
+        lo, hi = pct(min(vals)), pct(max(vals))
+    else:
+        assert adv.target_error is not None
+        hits = [r.hit(adv.target_error) for r in c.reps]
+        times = [h["sim_time_s"] for h in hits if h is not None]
+        if len(times) < len(hits):
+            return f"mean of {len(c.reps)} seeds; "
+        lo, hi = secs(min(times)), secs(max(times))
+    return f"mean of {len(c.reps)} seeds, {lo}–{hi}; "
+
+
 def render(adv: Advice, top: int | None = None) -> str:
     """The advice as ``ddlsim advise`` prints it; ``top`` limits the table to its first
     ``top`` rows (``None``: every row, as ``advice.txt`` holds it)."""
@@ -136,18 +154,26 @@ def render(adv: Advice, top: int | None = None) -> str:
         return "\n".join(lines)
     twins = [c.label for c in adv.candidates if c.status == "equivalent" and c.twin is a]
     also = f" (the same run as {', '.join(twins)})" if twins else ""
+    # configurations halving set aside after a partial replay, which a runner-up is not chosen from
+    cut = any(c.status in ("stopped", "not replayed") or (c.status == "pruned" and c.rung is not None)
+              for c in adv.candidates)
+    runner = "Runner-up:  " if not cut else "Runner-up among those not stopped or pruned:"
     if adv.mode == "budget":
+        last = ", each seed's last evaluation by the budget" if len(a.reps) > 1 else ""
         lines.append(f"Recommended: {a.label}{also}: {pct(a.error)} test error by {secs(a.at_s)} of the "
-                     f"{secs(adv.budget_s)} budget (epoch {a.at_epoch:.3g}).")
+                     f"{secs(adv.budget_s)} budget ({_seeds(a, adv)}epoch {a.at_epoch:.3g}{last}).")
         if b is not None:
-            lines.append(f"Runner-up:   {b.label}: {pct(b.error)} by {secs(b.at_s)} (epoch {b.at_epoch:.3g}).")
+            lines.append(f"{runner} {b.label}: {pct(b.error)} by {secs(b.at_s)} ({_seeds(b, adv)}epoch "
+                         f"{b.at_epoch:.3g}).")
     else:
+        whole = "" if all(r.complete for r in a.reps) else " in its replay, which stops at the target"
         lines.append(f"Recommended: {a.label}{also}: reaches {pct(adv.target_error)} test error at "
-                     f"{secs(a.at_s)} of simulated time (epoch {a.at_epoch:.3g}; best {pct(a.error)}).")
+                     f"{secs(a.at_s)} of simulated time ({_seeds(a, adv)}epoch {a.at_epoch:.3g}; best "
+                     f"{pct(a.error)}{whole}).")
         if b is not None:
-            reach = (f"reaches it at {secs(b.at_s)} (epoch {b.at_epoch:.3g})" if b.at_s is not None
+            reach = (f"reaches it at {secs(b.at_s)} ({_seeds(b, adv)}epoch {b.at_epoch:.3g})" if b.at_s is not None
                      else f"never reaches it (best {pct(b.error)})")
-            lines.append(f"Runner-up:   {b.label}: {reach}.")
+            lines.append(f"{runner} {b.label}: {reach}.")
     lines.append(f"Why: {explain(a, b, adv.budget_s, adv.target_error)}{margin(a, b, adv)}")
     if adv.mode == "target":
         never = [c for c in adv.ranking if c.at_s is None and c is not b]

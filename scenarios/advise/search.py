@@ -346,8 +346,11 @@ def halve(pool: list[Candidate], rungs: Rungs, fractions: list[float], reduction
                 lb = lower_bound_s(c, target)
                 if lb >= best - EPS:
                     c.status = "pruned"
-                    c.note = (f"replayed to epoch {_cut_epoch(c):.3g}, it cannot reach the target before "
-                              f"{secs(lb)}, no earlier than the {secs(best)} already measured")
+                    n = len(c.reps)
+                    mean = f" its mean over {n} seeds" if n > 1 else " it"
+                    c.note = (f"replayed to epoch {_cut_epoch(c):.3g},{mean} cannot reach the target before "
+                              f"{secs(lb)}, no earlier than the {'mean ' if n > 1 else ''}{secs(best)} already "
+                              "measured" + (" (a seed of it may still be first)" if n > 1 else ""))
             pool = [c for c in pool if c.status == "candidate"]
         if k == last or not pool:
             break
