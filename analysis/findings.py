@@ -642,7 +642,7 @@ def tied(rows: Iterable[Row], winner: Row, col: str = "final_test_error",
                                       label(r)))
 
 
-def _first_elsewhere(winner: Row, rows: list[Row]) -> str:
+def _first_elsewhere(winner: Row, rows: Sequence[Row]) -> str:
     """``"; not first in every seed: X reaches it first in k of n"`` when another configuration
     reaches the target before the one of lowest mean time in some seed they share (a seed that
     did not reach it counts as slower); the one first in most seeds (then lowest mean) is named."""
