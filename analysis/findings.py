@@ -460,17 +460,23 @@ def minibatch_finding(rows: Iterable[Row], test_size: int | None = None) -> str 
 
 def not_learned_finding(rows: Iterable[Row]) -> str | None:
     """How many runs (with replicates: configurations, in all or some of their seeds) did not
-    learn or diverged, so that no one reads their times as results."""
+    learn or diverged, so that no one reads their times as results: the two counted apart (a
+    run that diverged is counted as that, whatever its final error)."""
     rows = list(rows)
     bad = [r for r in rows if r.get("did_not_learn") is True or r.get("diverged") is True]
     if not bad:
         return None
     div = sum(r.get("diverged") is True for r in bad)
+    ended = [r for r in bad if r.get("diverged") is not True]
+    parts = []
+    if ended:
+        parts.append(f"{len(ended)} ended no better than chance or than their first evaluation")
+    if div:
+        parts.append(f"{div} diverged")
+    what = " and ".join(parts)
     configs = configs_of(rows)
     if all(c.n == 1 for c in configs):
-        return (f"{len(bad)} of {len(rows)} runs did not learn (final error no better than chance or than "
-                f"their first evaluation)" + (f", {div} of them diverged" if div else "")
-                + "; their times are not results.")
+        return f"{len(bad)} of {len(rows)} runs did not learn: {what}; their times are not results."
     failing = [c for c in configs if c.none_learned()]
     some = [c for c in configs if not c.none_learned() and not c.all_learned()]
     n = max(c.n for c in configs)
@@ -479,9 +485,7 @@ def not_learned_finding(rows: Iterable[Row]) -> str | None:
             f", {len(some)} more in some of them" if some else "")
     else:
         head = f"{len(some)} of {len(configs)} configurations did not learn in some of their {n} seeds"
-    return (head
-            + f" ({len(bad)} of {len(rows)} runs" + (f", {div} of them diverged" if div else "")
-            + ": final error no better than chance or than the first evaluation); their times are not results.")
+    return head + f" ({len(bad)} of {len(rows)} runs: {what}); their times are not results."
 
 
 BANDWIDTH = "cluster.network.bandwidth_Bps"

@@ -161,3 +161,13 @@ def test_the_fastest_to_target_by_mean_says_when_another_is_first_in_some_seed()
     assert fastest.endswith("; not first in every seed: async λ=30 μ=8 reaches it first in 1 of 3")
     alone = runs("hardsync", [0.34, 0.28, 0.41]) + runs("ssp", [0.5, 0.5, 0.5])
     assert "not first" not in next(v for q, _, v in answers(alone) if q.startswith("Fastest"))
+
+
+def test_runs_that_did_not_learn_and_that_diverged_are_counted_apart():
+    # hand truth: 3 runs at chance, 2 diverged (also at chance), 1 learned: "5 of 6: 3 and 2"
+    rows = [row("async", lam, 8, "constant", 0.9, 1.0, 29.0) for lam in (4, 16, 30)]
+    rows += [row("async", lam, 32, "constant", 0.9, 1.0, 29.0, diverged=True) for lam in (16, 30)]
+    rows += [row("hardsync", 4, 8, "constant", 0.02, 1.0, 0.0)]
+    (text,) = [f for f in findings(rows) if "did not learn" in f]
+    assert text == ("5 of 6 runs did not learn: 3 ended no better than chance or than their first evaluation and "
+                    "2 diverged; their times are not results.")

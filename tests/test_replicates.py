@@ -478,3 +478,20 @@ def test_a_work_unit_holds_at_most_unit_tasks_simulations(tmp_path: Path) -> Non
         assert len({configuration_id(t.points[0]) for _, t in unit}) == 1
     assert sorted(i for u in units for ids, _ in u for i in ids) == list(range(40))
     assert [len(u) for u in runner.work_units(tasks, None)] == [1] * 40
+
+
+def test_the_console_gives_a_time_to_target_only_when_every_seed_reached_it():
+    # truth by hand: seeds reaching the target at 1.0 and 3.0 s: mean 2.0; one of two never
+    # reaching it: no mean (the reached column says 1/2); the range is in the mean's units
+    from ddlsim.scenarios.cli.sweep import _configuration_records
+
+    def rec(proto, seed, ttt, err):
+        return {"row": {"run_id": f"{proto}-{seed}", "protocol": proto, "learners": 2, "minibatch": 8, "seed": seed,
+                        "error": None, "sim_time_s": 4.0, "final_test_error": err, "best_test_error": err,
+                        "time_to_target_s": ttt}}
+    rows = {r["row"]["protocol"]: r["row"] for r in _configuration_records(
+        [rec("async", 0, 1.0, 0.02), rec("async", 1, 3.0, 0.04), rec("hardsync", 0, 2.0, 0.02),
+         rec("hardsync", 1, None, 0.3)])}
+    assert rows["async"]["time_to_target_s"] == pytest.approx(2.0) and rows["async"]["reached"] == "2/2"
+    assert rows["hardsync"]["time_to_target_s"] is None and rows["hardsync"]["reached"] == "1/2"
+    assert rows["async"]["final_range"] == "0.02–0.04"

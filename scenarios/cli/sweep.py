@@ -100,8 +100,9 @@ def _configuration_records(records: list[dict[str, Any]]) -> list[dict[str, Any]
         row = {**head, "run_id": head.get("config_id", head["run_id"]), "error": None,
                "seeds": seeds_text(done, compact=True) or str(len(done)), "sim_time_s": c["sim_time_s_mean"],
                "final_test_error": c["final_test_error_mean"], "best_test_error": c["best_test_error_mean"],
-               "final_range": span(finals, lambda v: f"{100 * v:.1f} %") if finals else None,
-               "time_to_target_s": c["time_to_target_s_mean"],
+               "final_range": span(finals, lambda v: f"{v:.4g}") if finals else None,  # as the mean: a fraction
+               # a mean only over every seed (as the report's): a seed that never reached it has no time to add
+               "time_to_target_s": c["time_to_target_s_mean"] if c["time_to_target_reached"] == len(done) else None,
                "reached": f"{c['time_to_target_reached']}/{len(done)}" if c["time_to_target_reached"] is not None
                else None,
                "did_not_learn": f"{c['did_not_learn']}/{len(done)}" if c["did_not_learn"] is not None else None,
