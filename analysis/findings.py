@@ -21,6 +21,7 @@ then the label.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +149,17 @@ def curve_index(curves: Iterable[Row] | None) -> dict[str, list[tuple[float, flo
 def time_to(curve: list[tuple[float, float]], level: float) -> float | None:
     """The first simulated time at which the test error is at most ``level`` (None: never)."""
     return next((t for t, e in curve if e <= level + 1e-12), None)
+
+
+def time_before(curve: list[tuple[float, float]], level: float) -> float:
+    """The time of the last evaluation before the error is first at most ``level``: by then it
+    was still above (∞ when it never gets there; 0 when the first evaluation is already there)."""
+    before = 0.0
+    for t, e in curve:
+        if e <= level + 1e-12:
+            return before
+        before = t
+    return math.inf
 
 
 def same_error_times(a: Config, b: Config, curves: dict[str, list[tuple[float, float]]],
@@ -555,25 +567,31 @@ def bandwidth_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
         level = target if reached and target is not None else max(c.mean("final_test_error") for c in ok)
         seeds = sorted(set.intersection(*(set(c.by_seed()) for c in ok)), key=str)
         times: dict[str, list[float]] = {}
+        still: dict[str, list[float]] = {}  # per seed, the last time the method was still above the level
         for c in ok:
-            ts = []
+            ts, before = [], []
             for sd in seeds:
-                t = time_to(idx.get(str(c.by_seed()[sd].get("run_id")), []), level)
+                curve = idx.get(str(c.by_seed()[sd].get("run_id")), [])
+                t = time_to(curve, level)
                 ts.append(math.inf if t is None else t)
-            times[method_name(c)] = ts
+                before.append(time_before(curve, level))
+            times[method_name(c)], still[method_name(c)] = ts, before
         why = "the target" if reached else "the highest mean final error of the methods that learned"
+        # first in a seed only when it got there no later than every other was measured still above
+        # it: a lead shorter than another's evaluation spacing is no lead
         winners = [m for m, ts in times.items()
-                   if all(t < min(o[i] for mm, o in times.items() if mm != m) for i, t in enumerate(ts))]
+                   if all(t <= min(o[i] for mm, o in still.items() if mm != m) for i, t in enumerate(ts))]
         if winners and math.isfinite(max(times[winners[0]])):
             w = winners[0]
-            second = min(((max(o), mm) for mm, o in times.items() if mm != w), default=(math.inf, ""))
-            nxt = (f"{second[1]} next, {span([t for t in times[second[1]] if math.isfinite(t)], secs)}"
+            second = min(((statistics.fmean(o), mm) for mm, o in times.items() if mm != w), default=(math.inf, ""))
+            nxt = (f"{second[1]} next by its mean, {span([t for t in times[second[1]] if math.isfinite(t)], secs)}"
                    if math.isfinite(second[0]) else "no other method reaches it in every seed")
             parts.setdefault((lam, mu), []).append(
                 f"at {rate(bw)} {w} ({span(times[w], secs)} to {pct(level)}, {why}; {nxt}){tail}")
         else:
             parts.setdefault((lam, mu), []).append(
-                f"at {rate(bw)} no method is first to {pct(level)} ({why}) in every seed{tail}")
+                f"at {rate(bw)} no method is first to {pct(level)} ({why}) in every seed by more than the others' "
+                f"evaluation spacing{tail}")
     seeds_text = f"in every one of {n} seeds" if n > 1 else "in its one seed"
     out = []
     for (lam, mu), ps in parts.items():

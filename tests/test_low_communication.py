@@ -42,13 +42,35 @@ def test_bandwidth_finding_by_hand() -> None:
         for seed, t in enumerate(hits):
             r = run(proto, bw, seed, 0.05, hit=t)
             rows.append(r)
-            curves += curve(r, [(0.0, 0.9), (t, 0.08), (t + 1, 0.05)])
+            curves += curve(r, [(0.0, 0.9), (t - 0.01, 0.2), (t, 0.08), (t + 1, 0.05)])
     text = bandwidth_finding(rows, curves, target=0.1)
     assert text is not None
-    assert "at 1 MB/s (8 Mb/s) DiLoCo (1–1.2 s to 10.0 %, the target; AllReduce-SGD next, 5–6 s)" in text
+    assert "at 1 MB/s (8 Mb/s) DiLoCo (1–1.2 s to 10.0 %, the target; AllReduce-SGD next by its mean, 5–6 s)" in text
     assert "at 100 MB/s (800 Mb/s) no method is first to 10.0 % (the target) in every seed" in text
     assert "in every one of 2 seeds" in text
     assert text in findings(rows, curves, target=0.1)
+
+
+def test_a_lead_shorter_than_the_others_evaluation_spacing_is_no_lead() -> None:
+    # hand truth: DiLoCo reaches 0.1 at 1.055 s, local SGD at 1.06 s, whose evaluation before was at
+    # 0.8 s (still at 0.2): local SGD may have crossed anywhere in (0.8, 1.06], so DiLoCo is not first
+    # in that seed; with local SGD still at 0.2 at 1.06 s (its next evaluation at 1.3), DiLoCo is first
+    def finding(still_above_at: float, reach: float) -> str:
+        rows, curves = [], []
+        for bw in (1e6, 1e8):
+            for seed in (0, 1):
+                d = run("diloco", bw, seed, 0.05, hit=1.055)
+                loc = run("local_sgd", bw, seed, 0.05, hit=reach)
+                rows += [d, loc]
+                curves += curve(d, [(0.0, 0.9), (1.0, 0.2), (1.055, 0.08)])
+                curves += curve(loc, [(0.0, 0.9), (still_above_at, 0.2), (reach, 0.08)])
+        text = bandwidth_finding(rows, curves, target=0.1)
+        assert text is not None
+        return text
+
+    tie, lead = finding(0.8, 1.06), finding(1.06, 1.3)
+    assert "at 1 MB/s (8 Mb/s) no method is first to 10.0 % (the target) in every seed by more than" in tie
+    assert "at 1 MB/s (8 Mb/s) DiLoCo (1.05 s to 10.0 %, the target; local SGD next by its mean, 1.3 s)" in lead
 
 
 def test_bandwidth_finding_never_crowns_a_method_that_did_not_learn_or_never_reached() -> None:
