@@ -266,9 +266,10 @@ CONFIG_HEADINGS = (("configuration", "configuration"), ("replicates", "seeds"), 
 
 def _configurations_table(summary: Table) -> str:
     """With replicates, one row per configuration: the mean, range and 95 % Student-t interval
-    of its final error over the seeds, its mean best error, time to target (over the seeds that
-    reached it, counted) and run time, and how many seeds did not learn (configurations.csv's
-    numbers); nothing when every configuration ran once."""
+    of its final error over the seeds (none where every seed ended at one error: n seeds without
+    spread make no interval), its mean best error, time to target (over the seeds that reached it,
+    counted) and run time, and how many seeds did not learn (configurations.csv's numbers);
+    nothing when every configuration ran once."""
     configs = configuration_rows(summary)
     if not any(r.get("replicates", 1) > 1 for r in configs):
         return ""
@@ -281,8 +282,10 @@ def _configurations_table(summary: Table) -> str:
     for r in configs:
         n = r.get("replicates", 1)
         finals = [x["final_test_error"] for x in r["_runs"] if is_number(x.get("final_test_error"))]
-        ci = (f"{err(r['final_test_error_ci_low'])}–{err(r['final_test_error_ci_high'])}"
-              if is_number(r.get("final_test_error_ci_low")) else "")
+        lo, hi = r.get("final_test_error_ci_low"), r.get("final_test_error_ci_high")
+        # every seed at one error: no spread to make an interval of (the seeds agree; it is not a certainty)
+        ci = ("" if not is_number(lo) else f"none: all {n} seeds at {err(lo)}" if lo == hi
+              else f"{err(lo)}–{err(hi)}")
         reached = r.get("time_to_target_reached")
         cells = [names[str(r["run_id"])], str(n), err(r.get("final_test_error_mean")),
                  span(finals, lambda v: f"{100 * v:.1f}%") if finals else "", ci, err(r.get("best_test_error_mean")),

@@ -146,3 +146,17 @@ def test_report_out_never_names_a_results_file(tmp_path, capsys):
         assert err.count("\n") == 1 and "a report is one HTML file" in err
     assert (root / "summary.csv").read_bytes() == before and not (tmp_path / "r.txt").exists()
     assert main(["report", str(root), "--out", str(tmp_path / "r.HTML")]) == 0
+
+
+def test_seeds_that_agree_exactly_give_no_interval(tmp_path):
+    # three seeds at 7/360 each: a Student-t interval of zero width is no interval; the varied
+    # configuration keeps its interval (the t-interval of 0.01, 0.02, 0.03: 2 ± 4.303·0.01/√3 · … %)
+    from ddlsim.analysis.report import _configurations_table
+
+    rows = [{"run_id": f"a-{s}", "protocol": "hardsync", "learners": 4, "minibatch": 8, "seed": s,
+             "final_test_error": 7 / 360, "sim_time_s": 1.0} for s in range(3)]
+    rows += [{"run_id": f"b-{s}", "protocol": "async", "learners": 4, "minibatch": 8, "seed": s,
+              "final_test_error": e, "sim_time_s": 1.0} for s, e in enumerate((0.01, 0.02, 0.03))]
+    page = _configurations_table(Table(rows))
+    assert "none: all 3 seeds at 1.9%" in page and "1.9%–1.9%" not in page
+    assert "–4.5%" in page  # 2 % + 4.303 · 1 % / √3 = 4.48 %
