@@ -264,12 +264,15 @@ def staleness_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
             for mu in others)
     hards = _hardsync_at(configs, const)
     width = tie_width(test_size)
-    parts, speeds = [], []
+    parts, speeds, unhelped = [], [], []
     for mu in failing:
         fix = by_mu[mu].get(name)
         if fix is None:
             continue
         errs = fix.values("final_test_error")
+        if fix.none_learned():  # no seed learns with it either: not a fix
+            unhelped.append(f"μ = {mu:g} ({span(errs) if errs else 'no error'}, no seed learns)")
+            continue
         part = span(errs) if errs else "no error"
         if not fix.all_learned():
             part += f" (it learns in {fix.learned_count()} of {fix.n} seeds)"
@@ -289,11 +292,13 @@ def staleness_finding(rows: Iterable[Row], curves: Iterable[Row] | None = None,
             if got is not None:
                 speeds.append((mu, speed_text(name, "hardsync", *got)))
     if parts:
-        where = len(parts) > 1
+        where = len(parts) + len(unhelped) > 1
         text += (f"; {AWARE_TEXT[name]} ({name}) brings it to "
                  + listing([p + (f" at μ = {mu:g}" if where else "") for mu, p in parts]))
     for mu, s in speeds:
         text += f"; at μ = {mu:g}, {s}" if len(parts) > 1 else f"; {s}"
+    if unhelped:
+        text += f"; it does not help at {listing(unhelped)}"
     return text + "."
 
 
