@@ -205,6 +205,8 @@ def check_catalogue() -> list[str]:
             if not any(c in cat["sources"] or c.split(" (")[-1].rstrip(")") in cat["sources"] or
                        any(k in c for k in cat["sources"]) for c in cited):
                 problems.append(f"{table} {key}: no known source in {n.get('source')!r}")
+            if "achieved" in n and not isinstance(n["achieved"], bool):
+                problems.append(f"{table} {key} achieved: must be true or false")
     return problems
 
 

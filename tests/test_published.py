@@ -291,7 +291,12 @@ def test_an_explicit_slowdown_replaces_the_k80_figure_and_a_bad_figure_is_a_cata
         cat["gpu"]["k80"]["multi_gpu_slowdown"] = bad
         monkeypatch.setattr(hardware, "catalogue", lambda cat=cat: cat)
         assert any("gpu k80 multi_gpu_slowdown: " + says in p for p in hardware.check_catalogue())
-    cat = copy.deepcopy(hardware.catalogue())
+    flagged = copy.deepcopy(hardware.catalogue())
+    flagged["intra"]["nvlink3"]["achieved"] = "yes"
+    monkeypatch.setattr(hardware, "catalogue", lambda: flagged)
+    assert "intra nvlink3 achieved: must be true or false" in hardware.check_catalogue()
+    cat = copy.deepcopy(flagged)
+    cat["intra"]["nvlink3"]["achieved"] = True
     cat["gpu"]["k80"]["multi_gpu_source"] = "nowhere"
     monkeypatch.setattr(hardware, "catalogue", lambda: cat)
     assert any("unknown source 'nowhere'" in p for p in hardware.check_catalogue())
