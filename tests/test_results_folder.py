@@ -313,7 +313,11 @@ def test_an_interrupted_first_sweep_does_not_block_the_next(tmp_path: Path, scen
 def test_the_manifest_is_not_a_report_target(simulated_results: Path, capsys) -> None:
     for force in ([], ["--force"]):
         refused(main(["report", str(simulated_results), "--out", str(simulated_results / MANIFEST)] + force),
-                capsys.readouterr().err, "record of this folder's files")
+                capsys.readouterr().err, "a report is one HTML file")
+    # and below the command, the folder refuses any writer its record (a report named like one included)
+    from ddlsim.simulator.results_folder import ResultsFolder
+    with ResultsFolder.open(simulated_results, force=True) as folder, pytest.raises(OSError, match="record of this"):
+        folder.claim([".ddlsim/manifest.html"])
     assert json.loads((simulated_results / MANIFEST).read_text())["files"]
 
 

@@ -175,7 +175,9 @@ def test_outputs_refuse_symlinks_and_devices(tmp_path: Path, simulated_results: 
     link.symlink_to(target)
     one_line(cli("report", str(tmp_path / "r"), "--out", str(link)), "symbolic link")
     assert target.read_text() == "keep me" and link.is_symlink()
-    one_line(cli("report", str(tmp_path / "r"), "--out", "/dev/null"), "not a regular file")
+    os.mkfifo(tmp_path / "pipe.html")  # a report-named target that is not a regular file
+    one_line(cli("report", str(tmp_path / "r"), "--out", str(tmp_path / "pipe.html")), "not a regular file")
+    one_line(cli("report", str(tmp_path / "r"), "--out", "/dev/null"), "a report is one HTML file")
 
 
 def test_tables_with_a_bom_or_a_huge_field_are_handled(tmp_path: Path, simulated_results: Path) -> None:
