@@ -680,6 +680,7 @@ def _first_elsewhere(winner: Row, rows: Sequence[Row]) -> str:
     mine = times(winner)
     if len(mine) < 2:
         return ""
+    keys = varying_keys(rows)
     rivals = []
     for r in rows:
         if r is winner or not learned(r):
@@ -689,7 +690,7 @@ def _first_elsewhere(winner: Row, rows: Sequence[Row]) -> str:
         wins = sum(theirs[k] < mine[k] for k in shared)
         if wins:
             mean = r["time_to_target_s"] if is_number(r.get("time_to_target_s")) else math.inf
-            rivals.append((-wins, mean, label(r, varying_keys(rows)), len(shared)))
+            rivals.append((-wins, mean, label(r, keys), len(shared)))
     if not rivals:
         return ""
     wins, _, name, n = min(rivals)

@@ -92,7 +92,7 @@ def apply_presets(point: dict[str, Any], explicit: frozenset[str], where: str, l
         link = cat["intra"][cat["gpu"][gpu]["intra"]]
         fill("cluster.network.intra_bandwidth_Bps", float(link["bandwidth_Bps"]))
         fill("cluster.network.intra_latency_s", float(link["latency_s"]))
-        achieved = bool(link.get("achieved", False)) and "cluster.network.intra_bandwidth_Bps" not in explicit
+        achieved = bool(link.get("achieved", False))
     else:
         achieved = False
     comp = cl["compute"]

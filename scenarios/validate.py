@@ -33,6 +33,8 @@ from .schema import ScenarioError
 COLUMNS = ["run_id", "protocol", "learners", "stragglers", "epochs", "measured_time_per_epoch_s",
            "simulated_time_per_epoch_s", "time_rel_error", "measured_gradients_per_s", "simulated_gradients_per_s",
            "measured_staleness_mean", "simulated_staleness_mean", "staleness_tv_distance"]
+# the columns no validation writes a negative number in (a relative error may be negative)
+NON_NEGATIVE = tuple(c for c in COLUMNS if c not in ("run_id", "protocol", "learners", "time_rel_error"))
 
 
 def tv_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -229,7 +231,7 @@ def _stored_rows(path: Path) -> dict[str, dict[str, Any]]:
             continue
         learners = row["learners"]
         if not (math.isfinite(learners) and learners >= 1 and learners == int(learners)) or any(
-                row[k] < 0 for k in COLUMNS[3:] if k != "time_rel_error"):  # nan is kept: "n/a"
+                row[k] < 0 for k in NON_NEGATIVE):  # nan is kept: "n/a"
             continue
         row["learners"] = int(learners)
         out[row["run_id"]] = row
