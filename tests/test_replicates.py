@@ -503,3 +503,24 @@ def test_the_console_gives_a_time_to_target_only_when_every_seed_reached_it():
     assert rows["async"]["time_to_target_s"] == pytest.approx(2.0) and rows["async"]["reached"] == "2/2"
     assert rows["hardsync"]["time_to_target_s"] is None and rows["hardsync"]["reached"] == "1/2"
     assert rows["async"]["final_range"] == "0.02–0.04"
+
+
+def test_the_console_gives_the_time_and_rate_with_their_range_over_the_seeds():
+    # truth by hand: seeds of 2.0 and 4.0 s, 100 and 50 grad/s: mean 3 s and 75 grad/s, ranges
+    # "2–4 s" and "50–100"; a live run's measured time is the mean of the seeds', not the first's
+    from ddlsim.scenarios.cli.sweep import _configuration_columns, _configuration_records
+    from ddlsim.scenarios.cli.table import RUN_TABLE
+
+    def rec(seed, t, rate, measured):
+        return {"row": {"run_id": f"a-{seed}", "protocol": "async", "learners": 2, "minibatch": 8, "seed": seed,
+                        "error": None, "sim_time_s": t, "gradients_per_s": rate, "measured_time_s": measured,
+                        "final_test_error": 0.1, "best_test_error": 0.1}}
+    row = _configuration_records([rec(0, 2.0, 100.0, 1.0), rec(1, 4.0, 50.0, 3.0)])[0]["row"]
+    assert row["sim_time_s"] == pytest.approx(3.0) and row["sim_time_s_range"] == "2–4 s"
+    assert row["gradients_per_s"] == pytest.approx(75.0) and row["rate_range"] == "50–100"
+    assert row["measured_time_s"] == pytest.approx(2.0) and row["measured_time_s_range"] == "1–3 s"
+    heads = dict(_configuration_columns(RUN_TABLE, []))
+    assert heads["sim_time_s"] == "time (mean)" and heads["sim_time_s_range"] == "range"
+    assert heads["gradients_per_s"] == "grad/s (mean)" and heads["rate_range"] == "range"
+    one = _configuration_records([rec(0, 2.0, 100.0, 1.0)])[0]["row"]
+    assert one["sim_time_s_range"] is None  # one seed: no range

@@ -20,7 +20,7 @@ from ..runner import run_sweep
 from .advise import add_halving_options, check_prune
 from .common import UsageError, add_data_options, add_scenario_options, check_data_sets, load_scenario, out_dir
 from .cost import check_cost
-from .table import RUN_TABLE, SIM_TABLE, print_table
+from .table import RUN_TABLE, SIM_TABLE, duration, print_table
 
 
 def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario: Any = None) -> int:
@@ -86,8 +86,9 @@ def _print_results(args: argparse.Namespace, scenario: Any, records: list[dict[s
 
 def _configuration_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per configuration for :func:`print_table`: the mean over its seeds (failed
-    runs left out; a configuration whose every run failed shows FAILED), the final error's
-    range, how many seeds reached the target and how many did not learn."""
+    runs left out; a configuration whose every run failed shows FAILED), the range over its seeds
+    of the time, the gradient rate and the final error, how many seeds reached the target and how
+    many did not learn."""
     out = []
     for runs in replicate_groups(r["row"] for r in records).values():
         done = [r for r in runs if r.get("error") is None]
@@ -101,20 +102,29 @@ def _configuration_records(records: list[dict[str, Any]]) -> list[dict[str, Any]
                "seeds": seeds_text(done, compact=True) or str(len(done)), "sim_time_s": c["sim_time_s_mean"],
                "final_test_error": c["final_test_error_mean"], "best_test_error": c["best_test_error_mean"],
                "final_range": span(finals, lambda v: f"{v:.4g}") if finals else None,  # as the mean: a fraction
+               "sim_time_s_range": _range_of(done, "sim_time_s", duration),
+               "measured_time_s_range": _range_of(done, "measured_time_s", duration),
+               "rate_range": _range_of(done, "gradients_per_s", lambda v: f"{v:.4g}"),
                # a mean only over every seed (as the report's): a seed that never reached it has no time to add
                "time_to_target_s": c["time_to_target_s_mean"] if c["time_to_target_reached"] == len(done) else None,
                "reached": f"{c['time_to_target_reached']}/{len(done)}" if c["time_to_target_reached"] is not None
                else None,
                "did_not_learn": f"{c['did_not_learn']}/{len(done)}" if c["did_not_learn"] is not None else None,
                "diverged": f"{c['diverged']}/{len(done)}" if c["diverged"] is not None else None}
-        for k in ("gradients_per_s", "staleness_mean", "staleness_max", "server_utilization", "link_in_utilization",
-                  "link_out_utilization"):
+        for k in ("measured_time_s", "gradients_per_s", "staleness_mean", "staleness_max", "server_utilization",
+                  "link_in_utilization", "link_out_utilization"):
             values = [r[k] for r in done if is_number(r.get(k))]
             row[k] = sum(values) / len(values) if values else None
         if len(done) < len(runs):
             row["seeds"] += f" ({len(runs) - len(done)} failed)"
         out.append({"row": row})
     return out
+
+
+def _range_of(runs: list[dict[str, Any]], key: str, fmt: Any) -> str | None:
+    """The lowest and highest seed's ``key`` (``"0.37–0.38 s"``); None without two numbers."""
+    values = [r[key] for r in runs if is_number(r.get(key))]
+    return span(values, fmt) if len(values) > 1 else None
 
 
 def _configuration_columns(table: list[tuple[str, str]], swept: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -125,6 +135,10 @@ def _configuration_columns(table: list[tuple[str, str]], swept: list[tuple[str, 
             columns += [(key, "final err (mean)"), ("final_range", "range")]
         elif key == "time_to_target_s":
             columns += [(key, "to target (mean)"), ("reached", "reached")]
+        elif key in ("sim_time_s", "measured_time_s"):
+            columns += [(key, f"{head} (mean)"), (f"{key}_range", "range")]
+        elif key == "gradients_per_s":
+            columns += [(key, f"{head} (mean)"), ("rate_range", "range")]
         else:
             columns.append((key, head))
     return columns
