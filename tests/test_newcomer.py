@@ -150,3 +150,10 @@ def test_replay_command_turns_any_trace_into_a_results_folder(tmp_path: Path):
     one_line_error(cli("replay", str(trace), "--out", str(tmp_path / "x")), "pass --scenario FILE")
     one_line_error(cli("replay", str(trace), "--scenario", str(tmp_path / "s.toml"), "--point", "3",
                        "--out", str(tmp_path / "x")), "--point 3: the sweep has 1 points")
+
+
+def test_plot_and_report_name_a_summary_that_is_not_a_regular_file(tmp_path: Path):
+    (tmp_path / "summary.csv").mkdir()  # a folder where the summary should be
+    for command in ("plot", "report"):
+        one_line_error(cli(command, str(tmp_path)), "summary.csv: not a regular file")
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "figures").exists()

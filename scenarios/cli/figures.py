@@ -17,6 +17,8 @@ REPORT_SUFFIXES = (".html", ".htm")
 def _results_dir(path: str) -> Path:
     """``path`` if it holds a ddlsim summary.csv (a header with ``run_id``), else one clear error."""
     p = Path(path)
+    if (p / "summary.csv").exists() and not (p / "summary.csv").is_file():
+        raise ScenarioError(f"{p / 'summary.csv'}: not a regular file (a ddlsim summary is a CSV file)")
     if not (p / "summary.csv").is_file():
         raise ScenarioError(f"{p}: not a results directory (no summary.csv); run `ddlsim simulate` or "
                             "`ddlsim run` with --out first")
