@@ -475,10 +475,17 @@ def minibatch_finding(rows: Iterable[Row], test_size: int | None = None) -> str 
             + listing(parts) + ": the error rises with μλ and μλ alone explains most of its variance, in every seed.")
 
 
+def _fell_back(r: Row) -> bool:
+    """A run that learned and then lost it: its best evaluation at most half its final error."""
+    best, final = r.get("best_test_error"), r.get("final_test_error")
+    return is_number(best) and is_number(final) and math.isfinite(final) and best <= final / 2
+
+
 def not_learned_finding(rows: Iterable[Row]) -> str | None:
     """How many runs (with replicates: configurations, in all or some of their seeds) did not
     learn or diverged, so that no one reads their times as results: the two counted apart (a
-    run that diverged is counted as that, whatever its final error)."""
+    run that diverged is counted as that, whatever its final error), and of those that ended no
+    better, the ones whose best evaluation was at most half their final error (they learned first)."""
     rows = list(rows)
     bad = [r for r in rows if r.get("did_not_learn") is True or r.get("diverged") is True]
     if not bad:
@@ -487,7 +494,9 @@ def not_learned_finding(rows: Iterable[Row]) -> str | None:
     ended = [r for r in bad if r.get("diverged") is not True]
     parts = []
     if ended:
-        parts.append(f"{len(ended)} ended no better than chance or than their first evaluation")
+        fell = [r["best_test_error"] for r in ended if _fell_back(r)]
+        parts.append(f"{len(ended)} ended no better than chance or than their first evaluation" + (
+            f" ({len(fell)} of them after reaching {span(fell)} error earlier)" if fell else ""))
     if div:
         parts.append(f"{div} diverged")
     what = " and ".join(parts)
