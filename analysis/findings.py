@@ -496,7 +496,7 @@ def not_learned_finding(rows: Iterable[Row]) -> str | None:
     if ended:
         fell = [r["best_test_error"] for r in ended if _fell_back(r)]
         parts.append(f"{len(ended)} ended no better than chance or than their first evaluation" + (
-            f" ({len(fell)} of them after reaching {span(fell)} error earlier)" if fell else ""))
+            f", {len(fell)} of them after reaching {span(fell)} error earlier" if fell else ""))
     if div:
         parts.append(f"{div} diverged")
     what = " and ".join(parts)

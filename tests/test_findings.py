@@ -175,10 +175,10 @@ def test_runs_that_did_not_learn_and_that_diverged_are_counted_apart():
 
 def test_runs_that_learned_and_then_lost_it_are_named_among_those_that_did_not_learn():
     # hand truth: final errors 0.9 at chance; bests 0.05 and 0.2 (each at most half of 0.9: learned
-    # first, then lost it), 0.6 (never learned): "3 ended … (2 of them after reaching 5.0–20.0 % error earlier)"
+    # first, then lost it), 0.6 (never learned): "3 ended …, 2 of them after reaching 5.0–20.0 % error earlier"
     rows = [row("async", lam, 8, "constant", 0.9, 1.0, 29.0, best_test_error=b)
             for lam, b in ((4, 0.05), (16, 0.2), (30, 0.6))]
     rows += [row("hardsync", 4, 8, "constant", 0.02, 1.0, 0.0, best_test_error=0.02)]
     (text,) = [f for f in findings(rows) if "did not learn" in f]
-    assert text == ("3 of 4 runs did not learn: 3 ended no better than chance or than their first evaluation "
-                    "(2 of them after reaching 5.0–20.0 % error earlier); their times are not results.")
+    assert text == ("3 of 4 runs did not learn: 3 ended no better than chance or than their first evaluation, "
+                    "2 of them after reaching 5.0–20.0 % error earlier; their times are not results.")
