@@ -379,3 +379,33 @@ def test_points_without_the_new_keys_keep_their_hash_and_header() -> None:
     assert "library" in p["protocol"]                                   # the caller's point is untouched
     named = load_text(BASE + '[protocol]\nname = "allreduce"\nlibrary = "nccl"\n').points()[0]
     assert simulation_point(named)["protocol"]["library"] == "nccl"
+
+
+def test_tf_nccl_rows_lie_between_the_per_tensor_start_and_the_ring_after_the_backward_by_hand() -> None:
+    # truth: the unoverlapped bound by hand: one GPU's compute (the source's t_1), then the whole
+    # gradient's ring, 2(N−1)/N · B / bus bandwidth (one P100 NVLink's 18.31 GB/s up to 4 GPUs,
+    # nccl-76's 10 GB/s at 8) + 2(N−1) steps of ib-edr's 5 µs latency and 14.5 µs per-message cost
+    rows = [r for r in published.ROWS if r.keys.get("protocol.library") == "tf-nccl"]
+    assert len(rows) == 9
+    results = [published.predict(r) for r in rows]
+    above, below, errors = [], [], []
+    for res in results:
+        row, n = res.row, res.row.gpus
+        grad = param_count(row.keys["workload.model"], dataset_info("imagenet")) * 4
+        bus = 18.31e9 if n <= 4 else 1e10
+        hand = row.t1 + 2 * (n - 1) / n * grad / bus + 2 * (n - 1) * (5e-6 + 1.45e-5)
+        pub, lo, hi = (res.overhead(s) for s in (res.published_s, res.sec_per_iter, hand))
+        assert lo < hi  # starting every tensor's ring as the backward produces it hides some of it
+        if pub > hi:
+            above.append(row.id)
+        if pub < lo:
+            below.append(row.id)
+        errors.append((res.overhead(hand) - pub) / pub)
+    line = published.nccl_wait_line(results)
+    assert f"{statistics.median(errors):+.0%} with the whole ring after the backward" in line
+    inside = 9 - len(above) - len(below)
+    assert f"lies between the two in {inside} of 9" in line
+    for rid in above:
+        assert f"{rid} above both" in line
+    for rid in below:
+        assert f"{rid} below both" in line
