@@ -167,26 +167,27 @@ MISSING = {
          "from these rows",
     "H": "Horovod's per-tensor negotiation beyond one cycle per iteration (a cycle per fused buffer, the "
          "coordinator's allgather of the ready lists), and TCP/RoCE below line rate",
-    "T": "TensorFlow 1.x's tf.contrib.nccl is the open-source NCCL 1: one ring in device order, one all-reduce per"
-         " tensor (modelled: a ring step over one NVLink, 18.31 GB/s, within a quad; at most 10 GB/s of bus "
-         "bandwidth on 8 GPUs, the upper bound nccl-76 reports). What decides how much of that ring the backward "
-         "hides is in its NcclManager (tf-nccl-manager): a tensor's all-reduce starts only when every GPU's "
-         "participant has arrived, its NCCL stream then waits for the participant's whole compute stream (not for "
-         "the kernel that produced the tensor), so it also waits for every kernel the host enqueued before it, "
-         "and one collective at a time queues its kernels; ROCm's port of that code measured ResNet-50 on 2, 4 "
-         "and 8 GPUs at 0.958, 0.864 and 0.793 scaling efficiency with the wait on the stream, 0.997, 0.959 and "
-         "0.939 with an event per tensor instead (rocm-tf-577). How far the wait moves a collective past its "
-         "tensor depends on how far the host's enqueue runs ahead of the GPU, which no source states, so the "
-         "preset keeps the per-tensor start, and the rows lie between it and the whole ring after the backward "
-         "(the line under the mechanisms below). Per iteration, of the unoverlapped ring, the rows leave "
-         "exposed: AlexNet 72 % on 2 GPUs (T4: 9.6 of 13.4 ms), all of it or more on 4 and 8 (T5: 23.5 ms "
+    "T": "TensorFlow 1.x's tf.contrib.nccl is the open-source NCCL 1: one ring in device order, one all-reduce "
+         "per tensor (modelled: a ring step over one NVLink, 18.31 GB/s, within a quad; at most 10 GB/s of bus "
+         "bandwidth on 8 GPUs, the upper bound nccl-76 reports). A candidate for what decides how much of that "
+         "ring the backward hides is in its NcclManager (tf-nccl-manager): a tensor's all-reduce starts only "
+         "when every GPU's participant has arrived, its NCCL stream then waits for the participant's whole "
+         "compute stream (not for the kernel that produced the tensor), so it also waits for every kernel the "
+         "host enqueued before it, and one collective at a time queues its kernels; ROCm's port of that code "
+         "measured ResNet-50 on 2, 4 and 8 GPUs at 0.958, 0.864 and 0.793 scaling efficiency with the wait on "
+         "the stream, 0.997, 0.959 and 0.939 with an event per tensor instead (rocm-tf-577). How far the wait "
+         "moves a collective past its tensor depends on how far the host's enqueue runs ahead of the GPU, "
+         "which no source states, so the preset keeps each bucket's start as the backward produces it; 6 of "
+         "the 9 rows lie between that and the whole ring after the backward, T5 and T6 above both and T7 below "
+         "both (the line under the mechanisms below). Per iteration, of the unoverlapped ring, the rows leave "
+         "exposed: AlexNet 72 % on 2 GPUs (T4: 9.6 of 13.4 ms), more than all of it on 4 and 8 (T5: 23.5 ms "
          "against 20.0 ms at 18.31 GB/s; T6: 58.4 ms against 42.8 ms at 10 GB/s, at most 7.3 GB/s even without "
          "overlap); VGG-16 on 2 GPUs 61 % at batch 64 and 18 % at batch 32 (T3: 18.3 of 30.2 ms, T7: 5.5 of "
-         "30.2, less than the calibrated overlap slowdown's 8.0 ms alone), on 4 GPUs 50 % and 24 % (T1: 22.8 of "
-         "45.3, T8: 10.9 of 45.3), on 8 GPUs 60 % and 93 % (T2: 58.1 of 96.9, T9: 90.0 of 96.9). Missing, for "
-         "want of a source measured apart from these rows: how far TensorFlow 1.x's executor enqueues ahead of "
-         "a P100 (which sets the wait), and the rate of the 8-GPU ring's two steps through host memory (GPU 3 "
-         "to 4 and 7 to 0, zero-copy over PCIe and QPI)",
+         "30.2, less than the calibrated overlap slowdown's 8.0 ms alone), on 4 GPUs 50 % and 24 % (T1: 22.8 "
+         "of 45.3, T8: 10.9 of 45.3), on 8 GPUs 60 % and 93 % (T2: 58.1 of 96.9, T9: 90.0 of 96.9). Missing, "
+         "for want of a source measured apart from these rows: how far TensorFlow 1.x's executor enqueues "
+         "ahead of a P100 (which sets the wait), and the rate of the 8-GPU ring's two steps through host "
+         "memory (GPU 3 to 4 and 7 to 0, zero-copy over PCIe and QPI)",
     "E": "under-predicted, and more with more machines: the rows' mode, tf_cnn_benchmarks' distributed_replicated "
          "(tf-cnn-dist-replicated), is modelled as it is written (the replicated pull): each variable pushed as the "
          "backward produces it, applied, past a barrier across the workers and read back during the rest of the "
@@ -588,15 +589,16 @@ def pull_order_line(results: list[Result]) -> str:
 
 
 # the tf-nccl rows with no all-reduce overlapping the backward: one message of the whole gradient
-# after it, and no compute slowed by an overlapping ring (the library's overlap slowdown left out)
+# after it, and no compute slowed by an overlapping ring: an explicit base_s (0, the only base_s these
+# P100 rows have) keeps the library from adding its overlap slowdown to it
 UNOVERLAPPED = {"protocol.bucket_bytes": 0, "cluster.compute.base_s": 0.0}
 
 
 def nccl_wait_line(results: list[Result]) -> str:
-    """The tf-nccl rows between two bounds of what TensorFlow 1.x's NCCL wait exposes: the preset
-    (every tensor's all-reduce starts when the backward produces it) and none overlapped (the whole
-    ring after the backward, re-simulated with ``UNOVERLAPPED``); the median overhead error of each
-    and the rows whose published overhead lies between the two."""
+    """The tf-nccl rows beside two limits of the overlap TensorFlow 1.x's NCCL wait leaves, at the
+    modelled ring rates: the preset (every bucket's all-reduce starts when the backward produces it)
+    and none overlapped (the whole ring after the backward, re-simulated with ``UNOVERLAPPED``); the
+    median overhead error of each and the rows whose published overhead lies between the two."""
     rows = [r for r in results if r.row.keys.get("protocol.library") == "tf-nccl" and not r.row.fitted]
     if not rows:
         return ""
@@ -612,9 +614,10 @@ def nccl_wait_line(results: list[Result]) -> str:
         elif pub < min(lo, hi):
             outside.append(f"{r.row.id} below both")
     between = len(rows) - len(outside)
-    return (f"The {len(rows)} tf-nccl rows' median overhead error: {med(rows):+.0%} with every tensor's all-reduce "
-            f"started as the backward produces it (the preset), {med(list(after.values())):+.0%} with the whole "
-            "ring after the backward and no compute slowed by it; the published overhead lies between the two in "
+    return (f"The {len(rows)} tf-nccl rows' median overhead error: {med(rows):+.0%} with every 25 MiB "
+            f"bucket's all-reduce started as the backward produces it (the preset), "
+            f"{med(list(after.values())):+.0%} with the whole ring after the backward and no compute slowed by "
+            "it; the published overhead lies between the two in "
             f"{between} of {len(rows)}" + (f" ({', '.join(outside)})" if outside else "") + ".")
 
 
