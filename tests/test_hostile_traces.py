@@ -114,6 +114,7 @@ HEADER_CASES = [
     ("wall_s", "long"),
     ("measured", "yes"),
     ("protocol", ["async"]),
+    ("protocol", "warp"),          # no protocol ddlsim has: what the trace ran is unknown
 ]
 
 

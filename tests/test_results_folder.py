@@ -338,3 +338,38 @@ def test_replay_refuses_a_scenario_point_the_trace_did_not_run(tmp_path: Path, c
                  + common), capsys.readouterr().err, "the trace ran async with 2", "is async with 4")
     assert not (tmp_path / "r" / "summary.csv").exists()
     assert main(["replay", str(trace), "--scenario", str(tmp_path / "s.toml")] + common) == 0
+
+
+def test_replay_of_a_trace_of_the_same_name_with_other_content_is_refused(tmp_path: Path, capsys,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddlsim.simulator import trace as trace_io
+
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "sim"), "--traces")[0] == 0
+    (a,) = (tmp_path / "sim" / "runs").glob("*/trace.ddlt")
+    t = trace_io.read(a)  # the same run id and run folder name, every time doubled: another trace
+    t.ops = {k: (v * 2 if k in ("t_start", "t_end") else v).copy() for k, v in t.ops.items()}
+    b = tmp_path / "other" / a.parent.name / "trace.ddlt"
+    b.parent.mkdir(parents=True)
+    trace_io.write(t, b)
+    monkeypatch.chdir(tmp_path)
+    common = ["--scenario", str(tmp_path / "s.toml"), "--device", "cpu", "--no-report"]
+    assert main(["replay", str(a)] + common) == 0
+    out = tmp_path / "results" / f"replay-{a.parent.name}"  # the default folder --help names
+    before = snapshot(out)
+    capsys.readouterr()
+    refused(main(["replay", str(b)] + common), capsys.readouterr().err, "replace 1 runs")
+    assert snapshot(out) == before
+    assert main(["replay", str(a)] + common) == 0  # the same trace again replaces its own results
+
+
+def test_a_report_of_yours_is_refused_before_a_replay_runs(tmp_path: Path, capsys) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    assert run(capsys, "simulate", str(tmp_path / "s.toml"), "--out", str(tmp_path / "sim"), "--traces")[0] == 0
+    (trace,) = (tmp_path / "sim" / "runs").glob("*/trace.ddlt")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.html").write_text("mine")
+    refused(main(["replay", str(trace), "--scenario", str(tmp_path / "s.toml"), "--out", str(out), "--device", "cpu"]),
+            capsys.readouterr().err, "report.html")
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"] and (out / "report.html").read_text() == "mine"

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ...backends.data_files import check_data, data_files
+from ...simulator import trace as trace_io
 from ...simulator.catalog import EMBEDDED_DATASETS
+from ...simulator.protocols.catalog import SPECS
 from ..bundled import CATALOGUE, resolve_scenario
 from ..load import load
 from ..messages import escape
@@ -23,6 +25,27 @@ NAME_MAX_BYTES = 200  # a folder named after a scenario, so that a suffix ("-adv
 
 class UsageError(Exception):
     """A command-line mistake that is not about the scenario file."""
+
+
+def claim_report(folder: Any) -> None:
+    """Claim the figures and report a command writes last in ``folder`` (a ResultsFolder), so
+    that a file of the user's under those names is refused before any work."""
+    from ...analysis.figures import FIGURES, FORMATS
+
+    folder.claim([f"figures/{f.name}.{fmt}" for f in FIGURES for fmt in FORMATS] + ["report.html"])
+
+
+def read_replayable_trace(path: str) -> Any:
+    """The trace at ``path``, refused in one line (:class:`TraceError`) unless a replay could
+    execute it (``check_replayable``) and its header names a protocol ddlsim has: what the
+    trace ran is then known for the checks that compare it with a scenario's point."""
+    trace = trace_io.read(path)
+    trace_io.check_replayable(trace, path)
+    proto = trace.header.get("protocol")
+    if proto not in SPECS:
+        raise trace_io.TraceError(f"{path}: header 'protocol' = {escape(repr(proto))}: not a protocol ddlsim has "
+                                  f"(one of {', '.join(sorted(SPECS))})")
+    return trace
 
 
 def load_scenario(args: argparse.Namespace) -> Any:

@@ -15,7 +15,7 @@ from ..bundled import CATALOGUE
 from ..hardware import listing
 from ..load import recorded_point
 from ..messages import escape
-from .common import UsageError
+from .common import UsageError, read_replayable_trace
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -39,8 +39,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    t = tracemod.read(args.path)
-    tracemod.check_replayable(t, args.path)  # what `ddlsim trace` accepts, `ddlsim replay` can execute
+    t = read_replayable_trace(args.path)  # what `ddlsim trace` accepts, `ddlsim replay` can execute
     if "replay_point" in t.header:  # a live run's point, which replay trains with: checked as replay checks it
         recorded_point(f"{args.path}: header 'replay_point'", t.header["replay_point"])
     kinds = {name: int((t.ops["kind"] == k).sum()) for k, name in enumerate(tracemod.KIND_NAMES)}
@@ -53,8 +52,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def _trace_members(t: Any) -> str:
     """Who ran a trace: a parameter-server trace's learners (those its grad ops name; its one
     state is the server's), else its nodes."""
-    spec = SPECS.get(t.header.get("protocol", ""))
-    if spec is None or spec.family != PS:
+    if SPECS[t.header["protocol"]].family != PS:
         return f"nodes {t.header['nodes']}"
     learners = np.count_nonzero(np.bincount(t.ops["node"][t.ops["kind"] == tracemod.GRAD], minlength=1))
     return f"learners {learners}"

@@ -19,7 +19,7 @@ from ..bundled import resolve_scenario
 from ..load import load, point_hash, recorded_point
 from ..runner import folder_numerics, lead_values, prepare_folder, staleness_csv, store_result, write_tables
 from ..schema import ScenarioError
-from .common import safe_name
+from .common import claim_report, read_replayable_trace, safe_name
 
 
 def _check_trace_of(trace: Any, point: dict[str, Any], args: argparse.Namespace) -> None:
@@ -27,8 +27,8 @@ def _check_trace_of(trace: Any, point: dict[str, Any], args: argparse.Namespace)
     another protocol, or another number of learners or nodes (a PS trace's learners are the
     ones its gradients name)."""
     proto = trace.header.get("protocol")
-    spec = SPECS.get(proto or "")
-    if spec is None or args.force:
+    spec = SPECS[proto]
+    if args.force:
         return
     grads = trace.ops["node"][trace.ops["kind"] == trace_io.GRAD]
     members = int(grads.max()) + 1 if spec.family == PS and len(grads) else int(trace.header.get("nodes", 0))
@@ -42,8 +42,7 @@ def _check_trace_of(trace: Any, point: dict[str, Any], args: argparse.Namespace)
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay one trace (a live run's, a torchrun run's or a simulated one) into a results
     folder: summary.csv, curves.csv, the figures and the report."""
-    trace = trace_io.read(args.trace)
-    trace_io.check_replayable(trace, args.trace)  # before any scenario, data or model is loaded
+    trace = read_replayable_trace(args.trace)  # before any scenario, data or model is loaded
     if args.scenario:
         points = load(resolve_scenario(args.scenario), args.set).points()
         if not 0 <= args.point < len(points):
@@ -56,11 +55,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         raise ScenarioError(f"{args.trace}: the trace does not record its optimizer settings (a simulated trace "
                             "shared by several points); pass --scenario FILE [--point N]")
-    point.setdefault("_id", f"replay-{Path(args.trace).parent.name or 'trace'}")
-    out = Path(args.out) if args.out else Path("results") / safe_name(point["_id"])
+    default = f"replay-{Path(args.trace).parent.name or 'trace'}"
+    point.setdefault("_id", default)
+    out = Path(args.out) if args.out else Path("results") / safe_name(default)
     resolve_device(args.device)
     with ResultsFolder.open(out, force=args.force) as folder:
-        replayed = f"{point_hash(point)}:{trace.header.get('run_id', '')}"  # the point and the trace it replays
+        if not args.no_report:
+            claim_report(folder)
+        # the point and the trace it replays, by content: another trace's results are not replaced unasked
+        replayed = f"{point_hash(point)}:{trace_io.file_digest(args.trace)}"
         prepare_folder(folder, str(point.get("name", "replay")), {point["_id"]: replayed}, {point["_id"]},
                        "replay", traces=False)
         from ...backends.replay import ReplayBackend

@@ -18,7 +18,8 @@ from ..advise.search import prune_sweep, pruned_words
 from ..load import check_engine
 from ..runner import run_sweep
 from .advise import add_halving_options, check_prune
-from .common import UsageError, add_data_options, add_scenario_options, check_data_sets, load_scenario, out_dir
+from .common import (UsageError, add_data_options, add_scenario_options, check_data_sets, claim_report, load_scenario,
+                     out_dir)
 from .cost import check_cost
 from .table import RUN_TABLE, SIM_TABLE, duration, print_table
 
@@ -33,10 +34,8 @@ def cmd_simulate(args: argparse.Namespace, backend: str | None = None, scenario:
         options = {"device": args.device, "data_dir": args.data_dir, "download": args.download,
                    "batched": not args.no_batch, "stacked": args.stacked}
     with ResultsFolder.open(out, force=args.force) as folder:
-        if getattr(args, "report", False):  # the figures and report come last: refuse a file of yours now
-            from ...analysis.figures import FIGURES, FORMATS
-
-            folder.claim([f"figures/{f.name}.{fmt}" for f in FIGURES for fmt in FORMATS] + ["report.html"])
+        if getattr(args, "report", False):
+            claim_report(folder)
         if getattr(args, "prune", False):  # successive halving of the sweep's replays (docs/advise.md)
             records = prune_sweep(scenario, out, min_fraction=args.min_fraction, reduction_factor=args.reduction_factor,
                                   options=options, jobs=args.jobs, resume=args.resume, progress=not args.quiet,
