@@ -192,7 +192,8 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
     line. The ranks are the ``#  Rank  r … on HOST device …`` lines (or ``ranks``, which must
     agree with them); the collective is the one whose busbw/algbw factor the rows show (or
     ``collective``, which must agree). Rows of 0 bytes are skipped; sizes must increase,
-    times be > 0. Anything else is one :class:`LogError` naming the file and the line."""
+    times be > 0, the largest size's time above the smallest's (in each time column), and
+    ``#wrong`` 0 or N/A. Anything else is one :class:`LogError` naming the file and the line."""
     lines = text.splitlines()
     rank_hosts: dict[int, str] = {}
     header: list[str] | None = None
@@ -238,6 +239,7 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
     if not rows:
         raise LogError(f"{source}: line {header_line}: the result table has no rows")
     time_cols = [i for i, c in enumerate(header) if c == "time"]
+    wrong_cols = [i for i, c in enumerate(header) if c == "#wrong"]
     timings: list[Timing] = []
     bandwidths: list[tuple[int, float, float]] = []  # (line, algbw, busbw)
     previous: tuple[int, int] | None = None
@@ -255,6 +257,10 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
             raise LogError(f"{where}: size {size} after {previous[1]} (line {previous[0]}): sizes must increase "
                            "down the table")
         previous = (number, size)
+        for col in wrong_cols:  # N/A where the run did not check (-c 0)
+            if tokens[col] not in ("0", "N/A"):
+                raise LogError(f"{where}: #wrong = {tokens[col]!r}: the collective returned wrong data in that "
+                               "run; its times calibrate nothing (fix the run, then log it again)")
         for col in time_cols:
             seconds = _number(tokens[col], "time", where)
             if seconds <= 0:
@@ -268,6 +274,13 @@ def parse_nccl_tests(text: str, source: str, ranks: int | None = None, collectiv
                                    _number(tokens[col + 2], "busbw", where)))
     if not timings:
         raise LogError(f"{source}: line {header_line}: the result table has no rows of more than 0 bytes")
+    for col in range(len(time_cols)):  # each time column (out-of-place, in-place) on its own
+        column = timings[col::len(time_cols)]
+        small, large = column[0], column[-1]
+        if len(column) > 1 and large.seconds <= small.seconds:
+            raise LogError(f"{source}: the times do not grow with the message size: {large.nbytes} B on line "
+                           f"{large.line} take {large.seconds:.3g} s, no longer than {small.nbytes} B on line "
+                           f"{small.line} ({small.seconds:.3g} s); these are not one collective's timings")
     n = _ranks(rank_hosts, ranks, text, source)
     if n < 2:
         raise LogError(f"{source}: {n} rank: a collective of one GPU moves nothing over a link; the log calibrates "

@@ -178,6 +178,17 @@ def test_bad_logs_are_one_line_naming_the_file_and_the_line(tmp_path: Path, caps
     # equal times at every size: no bandwidth to fit (the latency alone explains them)
     flat = case("flat.log", synth_log(20e-6, 1e10, 8, times_us={s: "100.00" for s in SIZES}))
     assert "flat.log: the times do not grow with the message size" in flat
+    # times that fall as the messages grow: no collective's (the fit would give β of 10⁴ GB/s)
+    falling = {s: f"{1000.0 - 50 * i:.2f}" for i, s in enumerate(SIZES)}
+    err = case("falling.log", synth_log(20e-6, 1e10, 8, times_us=falling))
+    assert "falling.log: the times do not grow with the message size: 1073741824 B on line" in err
+    # a row whose check found wrong results (#wrong, the column after busbw): a broken run
+    wrong = lines[:]
+    wrong[first_row + 1] = wrong[first_row + 1].rstrip()[:-1] + "3"
+    err = case("wrong.log", "\n".join(wrong))
+    assert f"wrong.log: line {first_row + 2}: #wrong = '3': the collective returned wrong data" in err
+    assert main(["calibrate", "--nccl-tests", str(tmp_path / "noranks.log"), "--out", ""]) == 2
+    assert "--out '': an empty path names no file" in capsys.readouterr().err
     assert not out.exists()  # nothing written by a refused command
     # a log without rank lines needs --ranks (and --scope: on how many hosts is unstated)
     p = tmp_path / "noranks.log"

@@ -22,6 +22,8 @@ COMPUTE_DEFAULTS = {"model": "mlp", "dataset": "digits", "minibatches": "1,2,4,8
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.out is not None and not args.out.strip():
+        raise ScenarioError("--out '': an empty path names no file (leave --out out for the default under profiles/)")
     if args.nccl_tests is not None or args.network:
         given = [k for k in COMPUTE_DEFAULTS if getattr(args, k) is not None]
         given += [k for k in ("no_network", "no_cycle") if getattr(args, k)]
